@@ -1,0 +1,71 @@
+"""Where first-party capabilities live, for "install koboi-<x>" hints only.
+
+The kernel never imports or depends on these distributions; it only names them
+when a config uses a section, provider, tool, sandbox or store scheme that no
+installed plugin provides.
+"""
+
+from __future__ import annotations
+
+SECTIONS: dict[str, str] = {
+    "context": "koboi-memory",
+    "memory": "koboi-memory",
+    "rag": "koboi-rag",
+    "guardrails": "koboi-governance",
+    "governance": "koboi-governance",
+    "policy": "koboi-governance",
+    "approvals": "koboi-governance",
+    "trust": "koboi-governance",
+    "rate_limit": "koboi-governance",
+    "server": "koboi-server",
+    "mcp": "koboi-mcp",
+    "a2a": "koboi-a2a",
+    "eval": "koboi-eval",
+    "replay": "koboi-replay",
+    "cache": "koboi-replay",
+    "orchestration": "koboi-orchestration",
+    "hooks": "koboi-hooks",
+    "skills": "koboi-skills",
+    "telemetry": "koboi-otel",
+    "web": "koboi-tools-web",
+    "shell": "koboi-tools-shell",
+    "fs": "koboi-tools-fs",
+    "git": "koboi-tools-git",
+}
+
+PROVIDERS: dict[str, str] = {
+    "openai": "koboi-openai",
+    "anthropic": "koboi-anthropic",
+    "cloudflare": "koboi-cloudflare",
+    "scripted": "koboi-scripted",
+}
+
+TOOLS: dict[str, str] = {
+    "calculator": "koboi-tools-basic",
+    "current_time": "koboi-tools-basic",
+    "web_search": "koboi-tools-web",
+    "web_fetch": "koboi-tools-web",
+    "memory_store": "koboi-memory",
+    "memory_recall": "koboi-memory",
+    "read_file": "koboi-tools-fs",
+    "write_file": "koboi-tools-fs",
+    "edit_file": "koboi-tools-fs",
+    "apply_patch": "koboi-tools-fs",
+    "list_dir": "koboi-tools-fs",
+    "glob": "koboi-tools-fs",
+    "grep": "koboi-tools-fs",
+    "delete_file": "koboi-tools-fs",
+    "move_file": "koboi-tools-fs",
+    "run_shell": "koboi-tools-shell",
+    "shell_status": "koboi-tools-shell",
+    "shell_kill": "koboi-tools-shell",
+    "git_status": "koboi-tools-git",
+    "git_diff": "koboi-tools-git",
+    "git_log": "koboi-tools-git",
+    "git_commit": "koboi-tools-git",
+    "rag_search": "koboi-rag",
+}
+
+SANDBOXES: dict[str, str] = {"restricted": "koboi-sandbox"}
+
+STORE_SCHEMES: dict[str, str] = {"sqlite": "koboi-store-sql", "postgresql": "koboi-store-sql"}

@@ -1,0 +1,259 @@
+"""``KoboiAgent``: the library facade over config, plugins, store and loop.
+
+::
+
+    async with KoboiAgent.from_config("configs/quickstart.yaml") as agent:
+        result = await agent.run("What is 2 + 2?")
+        async for event in agent.stream("And 3 * 3?", session_id=result.session_id):
+            ...
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from contextlib import AsyncExitStack, aclosing
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import anyio
+
+from koboi import journal as J
+from koboi.approval import Approver, DenyAllApprover
+from koboi.config import AgentConfig, load_config, load_env_files, store_scheme, validate_config
+from koboi.errors import KoboiError, SessionNotFound
+from koboi.events import AgentEvent, FinalEvent, RunResult
+from koboi.interceptors import Interceptor
+from koboi.loop import AgentRun, LoopParts
+from koboi.messages import Message
+from koboi.plugins import PluginHost, default_host
+from koboi.provider import ModelProvider
+from koboi.sandbox import Sandbox
+from koboi.store import Store
+from koboi.tools import Tool
+
+
+class KoboiAgent:
+    """An agent assembled from a validated config and the installed plugins.
+
+    :param approver: decides on tool calls that need approval; default denies
+        (there is nobody to ask).
+    :param extra_tools: tools defined by the application, enabled in addition to
+        ``tools.builtin``.
+    :param provider, store, sandbox: use these instead of building them from
+        the config (tests, embedding).
+    :param interceptors: added to those the plugins register.
+    :param resources: objects tools can ask for with ``ctx.get(Type)``.
+    """
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        host: PluginHost | None = None,
+        approver: Approver | None = None,
+        extra_tools: Sequence[Tool] = (),
+        provider: ModelProvider | None = None,
+        store: Store | None = None,
+        sandbox: Sandbox | None = None,
+        interceptors: Sequence[Interceptor] = (),
+        resources: Mapping[type[Any], Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.host = host or default_host()
+        self.approver = approver or DenyAllApprover()
+        self._extra_tools = list(extra_tools)
+        self._provider = provider
+        self._store = store
+        self._sandbox = sandbox
+        self._extra_interceptors = list(interceptors)
+        self._resources = dict(resources or {})
+        self._parts: LoopParts | None = None
+        self._stack: AsyncExitStack | None = None
+        self._session_locks: dict[str, anyio.Lock] = {}
+
+    # -- construction ------------------------------------------------------------
+
+    @classmethod
+    def from_config(
+        cls, path: str | os.PathLike[str], *, host: PluginHost | None = None, **kwargs: Any
+    ) -> KoboiAgent:
+        """Load and validate a YAML config (``.env`` beside it is loaded first)."""
+        host = host or default_host()
+        return cls(load_config(path, host.catalog()), host=host, **kwargs)
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: Mapping[str, Any],
+        *,
+        base_dir: str | os.PathLike[str] | None = None,
+        host: PluginHost | None = None,
+        **kwargs: Any,
+    ) -> KoboiAgent:
+        """Validate a config given as a mapping (as if read from a file in ``base_dir``)."""
+        host = host or default_host()
+        directory = Path(base_dir) if base_dir is not None else Path.cwd()
+        load_env_files(directory)
+        config = validate_config(data, host.catalog(), base_dir=directory.resolve())
+        return cls(config, host=host, **kwargs)
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Build the provider, store, sandbox, tools and interceptors. Idempotent."""
+        if self._parts is not None:
+            return
+        stack = AsyncExitStack()
+        try:
+            catalog = self.host.catalog()
+            config = self.config
+            store = self._store or self._build_store(catalog)
+            await store.open()
+            stack.push_async_callback(store.close)
+            provider = self._provider or self._build_provider(catalog)
+            stack.push_async_callback(provider.aclose)
+            sandbox = self._sandbox or self._build_sandbox(catalog)
+            stack.push_async_callback(sandbox.aclose)
+            tools = self._build_tools(catalog)
+            interceptors = sorted(
+                [*self.host.interceptors(config), *self._extra_interceptors],
+                key=lambda i: i.priority,
+            )
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        self._parts = LoopParts(
+            config=config, provider=provider, store=store, sandbox=sandbox,
+            approver=self.approver, tools=tools, interceptors=interceptors,
+            resources=self._resources,
+        )
+
+    async def close(self) -> None:
+        """Close what :meth:`open` built, in reverse order."""
+        stack, self._stack, self._parts = self._stack, None, None
+        if stack is not None:
+            with anyio.CancelScope(shield=True):
+                await stack.aclose()
+
+    async def __aenter__(self) -> KoboiAgent:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _build_store(self, catalog: Any) -> Store:
+        url = self.config.store.url
+        scheme = store_scheme(url) or ""
+        entry = catalog.stores.get(scheme)
+        if entry is None:
+            raise KoboiError(f"no installed store handles '{scheme}://' URLs")
+        store = entry.target(url, self.config.base_dir)
+        if not isinstance(store, Store):
+            raise KoboiError(f"store plugin {entry.plugin!r} returned {store!r}, not a koboi.Store")
+        return store
+
+    def _build_provider(self, catalog: Any) -> ModelProvider:
+        entry = catalog.providers.get(self.config.llm.provider)
+        if entry is None:
+            raise KoboiError(f"provider {self.config.llm.provider!r} is not installed")
+        provider = entry.target(self.config.llm_options)
+        if not isinstance(provider, ModelProvider):
+            raise KoboiError(
+                f"provider plugin {entry.plugin!r} returned {provider!r}, not a koboi.ModelProvider"
+            )
+        return provider
+
+    def _build_sandbox(self, catalog: Any) -> Sandbox:
+        entry = catalog.sandboxes.get(self.config.sandbox.backend)
+        if entry is None:
+            raise KoboiError(f"sandbox backend {self.config.sandbox.backend!r} is not installed")
+        sandbox = entry.target(self.config.sandbox_options, self.config)
+        if not isinstance(sandbox, Sandbox):
+            raise KoboiError(f"sandbox plugin {entry.plugin!r} returned {sandbox!r}, not a koboi.Sandbox")
+        return sandbox
+
+    def _build_tools(self, catalog: Any) -> dict[str, Tool]:
+        tools: dict[str, Tool] = {}
+        for name in self.config.tools.builtin:
+            entry = catalog.tools.get(name)
+            if entry is None:
+                raise KoboiError(f"tool {name!r} is not installed")
+            made = entry.target if isinstance(entry.target, Tool) else entry.target(self.config)
+            if not isinstance(made, Tool) or made.name != name:
+                raise KoboiError(
+                    f"plugin {entry.plugin!r}: the factory of tool {name!r} returned {made!r}"
+                )
+            tools[name] = made
+        for extra in self._extra_tools:
+            if not isinstance(extra, Tool):
+                raise KoboiError(f"extra_tools: {extra!r} is not a koboi.Tool (use @tool)")
+            if extra.name in tools:
+                raise KoboiError(f"extra tool {extra.name!r} has the name of an enabled tool")
+            tools[extra.name] = extra
+        return tools
+
+    # -- running -------------------------------------------------------------------
+
+    @property
+    def tools(self) -> dict[str, Tool]:
+        """The tools this agent offers the model (after :meth:`open`)."""
+        return dict(self._require().tools)
+
+    @property
+    def store(self) -> Store:
+        return self._require().store
+
+    def _require(self) -> LoopParts:
+        if self._parts is None:
+            raise KoboiError(
+                "the agent is not open: use 'async with agent:' or 'await agent.open()' first"
+            )
+        return self._parts
+
+    async def run(self, message: str, *, session_id: str | None = None) -> RunResult:
+        """Run until a final answer (or a stop condition) and return the result."""
+        async with aclosing(self.stream(message, session_id=session_id)) as events:
+            async for event in events:
+                if isinstance(event, FinalEvent):
+                    return event.result
+        raise KoboiError("the run ended without a final event")  # pragma: no cover
+
+    async def stream(
+        self, message: str, *, session_id: str | None = None
+    ) -> AsyncGenerator[AgentEvent, None]:
+        """Run and yield typed events as they happen; the last is a ``FinalEvent``.
+
+        With ``session_id`` of an existing session the conversation continues
+        from its journal; an unknown id creates a session with that id.
+        """
+        parts = self._require()
+        sid, history = await self._session(parts, session_id)
+        lock = self._session_locks.setdefault(sid, anyio.Lock())
+        async with lock:
+            run = AgentRun(parts, sid, history)
+            async with aclosing(run.execute(message)) as events:
+                async for event in events:
+                    yield event
+
+    async def _session(self, parts: LoopParts, session_id: str | None) -> tuple[str, list[Message]]:
+        store, config = parts.store, parts.config
+        if session_id is not None:
+            try:
+                await store.get_session(session_id)
+            except SessionNotFound:
+                pass
+            else:
+                return session_id, J.fold_messages(await store.read(session_id))
+        info = await store.create_session(
+            session_id, config_name=config.agent.name, config_hash=config.config_hash,
+        )
+        return info.id, []

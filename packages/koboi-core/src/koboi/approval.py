@@ -1,0 +1,115 @@
+"""The ``Approver`` contract: a human (or a policy) says yes or no to a tool call.
+
+Deny by default: an agent with no approver denies every call that needs
+approval, with a reason the model can read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from koboi.tools import Risk
+
+Scope = Literal["once", "always"]
+
+
+def canonical_arguments(arguments: Mapping[str, Any]) -> str:
+    """The canonical JSON text of a call's arguments: what is shown, hashed and approved."""
+    return json.dumps(arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def arguments_hash(arguments: Mapping[str, Any]) -> str:
+    """SHA-256 of :func:`canonical_arguments`; binds an approval to the exact arguments."""
+    return hashlib.sha256(canonical_arguments(arguments).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """A tool call waiting for a decision."""
+
+    session_id: str
+    step: int
+    call_id: str
+    tool_name: str
+    arguments: Mapping[str, Any]
+    risk: Risk
+    reason: str
+    arguments_hash: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.arguments_hash:
+            object.__setattr__(self, "arguments_hash", arguments_hash(self.arguments))
+
+
+@dataclass(frozen=True)
+class ApprovalDecision:
+    """The answer to an :class:`ApprovalRequest`."""
+
+    approved: bool
+    reason: str = ""
+    scope: Scope = "once"
+    decided_by: str = ""
+
+
+class Approver(ABC):
+    """Decides on tool calls that need approval. May wait for a human."""
+
+    name: str = "approver"
+
+    @abstractmethod
+    async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
+        """Return the decision. Must not raise for a normal 'no': return ``approved=False``."""
+
+
+class DenyAllApprover(Approver):
+    """The default: nobody is there to ask, so the answer is no."""
+
+    name = "deny"
+
+    async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
+        return ApprovalDecision(
+            approved=False,
+            reason=(
+                f"tool '{request.tool_name}' ({request.risk.value}) needs approval and no "
+                "approver is available: denied by default"
+            ),
+            decided_by=self.name,
+        )
+
+
+class AllowAllApprover(Approver):
+    """Approves everything. For tests and fully trusted setups only."""
+
+    name = "allow"
+
+    async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
+        return ApprovalDecision(approved=True, reason="approved by allow-all", decided_by=self.name)
+
+
+class CallbackApprover(Approver):
+    """Asks a function (sync or async) that returns a bool or an :class:`ApprovalDecision`."""
+
+    name = "callback"
+
+    def __init__(
+        self,
+        callback: Callable[[ApprovalRequest], bool | ApprovalDecision | Awaitable[bool | ApprovalDecision]],
+    ) -> None:
+        self.callback = callback
+
+    async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
+        answer = self.callback(request)
+        if isinstance(answer, Awaitable):
+            answer = await answer
+        if isinstance(answer, ApprovalDecision):
+            return answer
+        return ApprovalDecision(
+            approved=bool(answer),
+            reason="approved" if answer else "denied",
+            decided_by=self.name,
+        )

@@ -1,0 +1,517 @@
+"""Loading and validating the one YAML file that configures an agent.
+
+The kernel owns the sections ``agent``, ``llm``, ``providers``, ``tools``,
+``store`` and ``sandbox``; every other top-level section belongs to the plugin
+that registered a model for it. Validation collects *every* problem before
+failing, each with the file, the key path and a hint.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from koboi import _hints
+from koboi.errors import ConfigError, ConfigProblem
+from koboi.interpolation import interpolate, load_dotenv
+from koboi.plugins import Catalog
+from koboi.tools import Risk
+
+Mode = Literal["chat", "plan", "act", "auto", "yolo"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AgentSection(_Section):
+    """The agent itself: who it is and how its loop runs."""
+
+    name: str = Field(default="agent", description="Name shown in logs, the journal and the server.")
+    system_prompt: str = Field(default="", description="System prompt sent before the conversation.")
+    mode: Mode = Field(
+        default="chat",
+        description="Autonomy mode: chat, plan, act, auto or yolo (see docs/governance.md).",
+    )
+    max_iterations: int = Field(
+        default=20, ge=1, le=100_000,
+        description="Most model calls in one run; reaching it ends the run as 'max_iterations'.",
+    )
+    parallel_tool_calls: bool = Field(
+        default=False,
+        description="Run the tool calls of one model turn concurrently instead of in order.",
+    )
+    approval_risk: Risk = Field(
+        default=Risk.MODERATE,
+        description="Tools at or above this risk need an approver's yes before they run.",
+    )
+    stream: bool = Field(default=True, description="Ask the provider to stream text as it is produced.")
+
+
+class ProviderSection(BaseModel):
+    """A model provider: ``provider`` names the plugin, other keys are that provider's options."""
+
+    model_config = ConfigDict(extra="allow")
+
+    provider: str = Field(description="Registered provider name (scripted, openai, anthropic...).")
+
+
+class ToolsSection(_Section):
+    """Which tools the agent may use."""
+
+    builtin: list[str] = Field(
+        default_factory=list, description="Names of registered tools to enable, exactly as registered."
+    )
+    timeout_seconds: float | None = Field(
+        default=300.0, gt=0, description="Wall-clock limit of one tool call; None for no limit."
+    )
+
+
+class StoreSection(_Section):
+    """Where sessions and their journals are kept."""
+
+    url: str = Field(
+        default="memory://",
+        description="Store URL; the scheme picks the store plugin (memory://, sqlite:///path...).",
+    )
+
+
+class SandboxSection(BaseModel):
+    """Where tools run: ``backend`` names the sandbox, other keys are its options."""
+
+    model_config = ConfigDict(extra="allow")
+
+    backend: str = Field(default="passthrough", description="Registered sandbox backend name.")
+
+
+KERNEL_SECTIONS: dict[str, type[BaseModel]] = {
+    "agent": AgentSection,
+    "llm": ProviderSection,
+    "providers": ProviderSection,
+    "tools": ToolsSection,
+    "store": StoreSection,
+    "sandbox": SandboxSection,
+}
+
+
+@dataclass
+class AgentConfig:
+    """A validated config: kernel sections, plugin sections and where it came from."""
+
+    agent: AgentSection
+    llm: ProviderSection
+    llm_options: Any
+    tools: ToolsSection
+    store: StoreSection
+    sandbox: SandboxSection
+    sandbox_options: Any
+    providers: dict[str, ProviderSection] = field(default_factory=dict)
+    sections: dict[str, BaseModel] = field(default_factory=dict)
+    source: Path | None = None
+    base_dir: Path = field(default_factory=Path.cwd)
+    raw: dict[str, Any] = field(default_factory=dict)
+    config_hash: str = ""
+
+    def section(self, name: str) -> BaseModel | None:
+        """The validated model of a plugin-owned section, or None when absent."""
+        return self.sections.get(name)
+
+    @property
+    def name(self) -> str:
+        return self.agent.name
+
+
+# -- reading files -------------------------------------------------------------
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe loader that refuses duplicate keys instead of keeping the last."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    loader.flatten_mapping(node)
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first on line {seen[key] + 1})",
+                key_node.start_mark,
+            )
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+    _construct_mapping,
+)
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """Read one YAML mapping; errors name the file, line and column."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([ConfigProblem("", "file not found", "check the path")], str(path)) from None
+    except IsADirectoryError:
+        raise ConfigError([ConfigProblem("", "is a directory, not a YAML file")], str(path)) from None
+    except UnicodeDecodeError:
+        raise ConfigError([ConfigProblem("", "is not UTF-8 text")], str(path)) from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(
+            [ConfigProblem("", f"invalid YAML: {where}{problem}")], str(path)
+        ) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            [ConfigProblem("", f"the top level must be a mapping of sections, not {type(data).__name__}")],
+            str(path),
+        )
+    return data
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge ``override`` into ``base``: mappings recursively, everything else replaced."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def read_with_extends(path: Path, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Read ``path`` and the files it ``extends`` (relative to it), merged base-first."""
+    path = path.resolve()
+    if path in _chain:
+        cycle = " -> ".join(str(p) for p in (*_chain, path))
+        raise ConfigError([ConfigProblem("extends", f"extends cycle: {cycle}")], str(_chain[0]))
+    data = read_yaml(path)
+    parents = data.pop("extends", None)
+    if parents is None:
+        return data
+    if isinstance(parents, str):
+        parents = [parents]
+    if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
+        raise ConfigError(
+            [ConfigProblem("extends", "must be a file path or a list of file paths")], str(path)
+        )
+    merged: dict[str, Any] = {}
+    for parent in parents:
+        merged = deep_merge(merged, read_with_extends(path.parent / parent, (*_chain, path)))
+    return deep_merge(merged, data)
+
+
+def load_env_files(base_dir: Path) -> None:
+    """Load ``.env`` beside the config, then in the working directory; never override."""
+    seen: set[Path] = set()
+    for directory in (base_dir, Path.cwd()):
+        candidate = (directory / ".env").resolve()
+        if candidate not in seen:
+            seen.add(candidate)
+            load_dotenv(candidate, os.environ)
+
+
+def config_hash(raw: Mapping[str, Any]) -> str:
+    """A stable hash of the config as written (before interpolation)."""
+    text = json.dumps(raw, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def load_config(
+    path: str | os.PathLike[str],
+    catalog: Catalog | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> AgentConfig:
+    """Read, interpolate and validate a config file. Raises :class:`ConfigError`."""
+    file = Path(path)
+    base_dir = file.resolve().parent
+    raw = read_with_extends(file)
+    if env is None:
+        load_env_files(base_dir)
+    return validate_config(raw, catalog, source=file, base_dir=base_dir, env=env)
+
+
+def validate_config(
+    raw: Mapping[str, Any],
+    catalog: Catalog | None = None,
+    *,
+    source: Path | None = None,
+    base_dir: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> AgentConfig:
+    """Validate an already-read config mapping against the installed plugins."""
+    if catalog is None:
+        from koboi.plugins import default_host
+
+        catalog = default_host().catalog()
+    label = str(source) if source else None
+    if not isinstance(raw, Mapping):
+        raise ConfigError([ConfigProblem("", "the config must be a mapping of sections")], label)
+    raw = dict(raw)
+    raw.pop("extends", None)
+    data, problems = interpolate(raw, os.environ if env is None else env)
+    checker = _Checker(catalog, problems)
+    config = checker.check(data)
+    if checker.problems or config is None:
+        raise ConfigError(checker.problems, label)
+    config.source = source
+    config.base_dir = base_dir or Path.cwd()
+    config.raw = dict(raw)
+    config.config_hash = config_hash(raw)
+    return config
+
+
+# -- validation ------------------------------------------------------------------
+
+
+def _path(prefix: str, loc: tuple[Any, ...]) -> str:
+    text = prefix
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text
+
+
+def _suggest(word: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else ""
+
+
+class _Checker:
+    def __init__(self, catalog: Catalog, problems: list[ConfigProblem]) -> None:
+        self.catalog = catalog
+        self.problems = problems
+
+    def add(self, path: str, message: str, hint: str = "") -> None:
+        self.problems.append(ConfigProblem(path, message, hint))
+
+    def model(self, prefix: str, model: type[BaseModel], value: Any) -> BaseModel | None:
+        if value is None:
+            value = {}
+        try:
+            return model.model_validate(value)
+        except ValidationError as exc:
+            fields = list(model.model_fields)
+            for err in exc.errors(include_url=False):
+                loc = tuple(err["loc"])
+                if err["type"] == "extra_forbidden":
+                    key = str(loc[-1]) if loc else ""
+                    hint = _suggest(key, fields) or (
+                        f"known keys: {', '.join(fields)}" if fields else ""
+                    )
+                    self.add(_path(prefix, loc), "unknown key", hint)
+                elif err["type"] == "missing":
+                    self.add(_path(prefix, loc), "is required")
+                else:
+                    self.add(_path(prefix, loc), err["msg"])
+            return None
+
+    def check(self, data: Mapping[str, Any]) -> AgentConfig | None:
+        known = sorted({*KERNEL_SECTIONS, *self.catalog.sections.names()})
+        sections: dict[str, BaseModel] = {}
+        for key in data:
+            if not isinstance(key, str):
+                self.add(str(key), "section names must be strings")
+                continue
+            if key in KERNEL_SECTIONS:
+                continue
+            owner = self.catalog.sections.get(key)
+            if owner is not None:
+                result = self.model(key, owner.target, data[key])
+                if result is not None:
+                    sections[key] = result
+                continue
+            dist = _hints.SECTIONS.get(key)
+            if dist:
+                self.add(key, "no installed plugin owns this section", f"install {dist}")
+            else:
+                self.add(
+                    key, "unknown section",
+                    _suggest(key, known) or f"known sections: {', '.join(known)}",
+                )
+
+        agent = self.model("agent", AgentSection, data.get("agent"))
+        tools = self.model("tools", ToolsSection, data.get("tools"))
+        store = self.model("store", StoreSection, data.get("store"))
+        sandbox = self.model("sandbox", SandboxSection, data.get("sandbox"))
+        providers = self.providers(data.get("providers"))
+        llm, llm_options = self.llm(data.get("llm"), providers)
+        sandbox_options = self.sandbox(sandbox) if isinstance(sandbox, SandboxSection) else None
+        if isinstance(tools, ToolsSection):
+            self.tools(tools)
+        if isinstance(store, StoreSection):
+            self.store(store)
+        if self.problems:
+            return None
+        assert isinstance(agent, AgentSection) and isinstance(tools, ToolsSection)
+        assert isinstance(store, StoreSection) and isinstance(sandbox, SandboxSection)
+        assert llm is not None
+        return AgentConfig(
+            agent=agent, llm=llm, llm_options=llm_options, tools=tools, store=store,
+            sandbox=sandbox, sandbox_options=sandbox_options, providers=providers,
+            sections=sections,
+        )
+
+    def providers(self, value: Any) -> dict[str, ProviderSection]:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            self.add("providers", "must be a mapping of name -> provider settings")
+            return {}
+        found: dict[str, ProviderSection] = {}
+        for name, settings in value.items():
+            path = f"providers.{name}"
+            section = self.model(path, ProviderSection, settings)
+            if isinstance(section, ProviderSection):
+                self.provider_options(path, section)
+                found[str(name)] = section
+        return found
+
+    def provider_options(self, path: str, section: ProviderSection) -> Any:
+        registration = self.catalog.providers.get(section.provider)
+        if registration is None:
+            dist = _hints.PROVIDERS.get(section.provider)
+            known = self.catalog.providers.names()
+            hint = f"install {dist}" if dist else (
+                _suggest(section.provider, known) or f"installed providers: {', '.join(known) or 'none'}"
+            )
+            self.add(f"{path}.provider", f"unknown provider '{section.provider}'", hint)
+            return None
+        options = dict(section.model_extra or {})
+        if registration.options is None:
+            return options
+        return self.model(path, registration.options, options)
+
+    def llm(
+        self, value: Any, providers: dict[str, ProviderSection]
+    ) -> tuple[ProviderSection | None, Any]:
+        if value is None:
+            self.add("llm", "is required", "add an llm section, e.g. llm: {provider: scripted}")
+            return None, None
+        if isinstance(value, str):
+            section = providers.get(value)
+            if section is None:
+                names = sorted(providers)
+                self.add(
+                    "llm", f"names provider '{value}', which the providers map does not define",
+                    _suggest(value, names) or f"defined: {', '.join(names) or 'none'}",
+                )
+                return None, None
+            return section, self.provider_options(f"providers.{value}", section)
+        parsed = self.model("llm", ProviderSection, value)
+        if not isinstance(parsed, ProviderSection):
+            return None, None
+        return parsed, self.provider_options("llm", parsed)
+
+    def sandbox(self, section: SandboxSection) -> Any:
+        registration = self.catalog.sandboxes.get(section.backend)
+        if registration is None:
+            dist = _hints.SANDBOXES.get(section.backend)
+            known = self.catalog.sandboxes.names()
+            hint = f"install {dist}" if dist else (
+                _suggest(section.backend, known) or f"installed backends: {', '.join(known)}"
+            )
+            self.add("sandbox.backend", f"unknown sandbox backend '{section.backend}'", hint)
+            return None
+        options = dict(section.model_extra or {})
+        if registration.options is None:
+            return options
+        return self.model("sandbox", registration.options, options)
+
+    def tools(self, section: ToolsSection) -> None:
+        known = self.catalog.tools.names()
+        seen: set[str] = set()
+        for index, name in enumerate(section.builtin):
+            path = f"tools.builtin[{index}]"
+            if name in seen:
+                self.add(path, f"tool '{name}' is listed twice")
+            seen.add(name)
+            if name in self.catalog.tools:
+                continue
+            dist = _hints.TOOLS.get(name)
+            close = _suggest(name, known)
+            hint = f"install {dist}" if dist and not close else close
+            listing = f"known tools: {', '.join(known) or 'none'}"
+            self.add(path, f"unknown tool '{name}'", f"{hint}; {listing}" if hint else listing)
+
+    def store(self, section: StoreSection) -> None:
+        scheme = store_scheme(section.url)
+        if scheme is None:
+            self.add("store.url", f"'{section.url}' is not a URL", "e.g. memory:// or sqlite:///.koboi/koboi.db")
+            return
+        if scheme not in self.catalog.stores:
+            dist = _hints.STORE_SCHEMES.get(scheme)
+            known = self.catalog.stores.names()
+            hint = f"install {dist}" if dist else f"installed store schemes: {', '.join(known)}"
+            self.add("store.url", f"no installed store handles '{scheme}://' URLs", hint)
+
+
+def store_scheme(url: str) -> str | None:
+    """``postgresql+psycopg://...`` -> ``postgresql``; None if ``url`` has no scheme."""
+    scheme, sep, _ = url.partition("://")
+    if not sep or not scheme:
+        scheme, sep, _ = url.partition(":")
+        if not sep or not scheme:
+            return None
+    return scheme.split("+", 1)[0].lower()
+
+
+def config_schema(catalog: Catalog) -> dict[str, Any]:
+    """The JSON schema of a config file, for the kernel and every installed plugin."""
+    properties: dict[str, Any] = {}
+    for name, model in KERNEL_SECTIONS.items():
+        schema = model.model_json_schema()
+        if name == "providers":
+            schema = {"type": "object", "additionalProperties": schema,
+                      "description": "Named providers; 'llm' may name one."}
+        elif name == "llm":
+            schema = {"anyOf": [schema, {"type": "string", "description": "A name from 'providers'."}]}
+        properties[name] = schema
+    for entry in catalog.sections:
+        schema = entry.target.model_json_schema()
+        schema["description"] = entry.description or schema.get("description", "")
+        schema["x-koboi-plugin"] = entry.plugin
+        properties[entry.name] = schema
+    properties["extends"] = {
+        "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+        "description": "Config file(s) this one is based on, relative to it.",
+    }
+    provider_options = {
+        e.name: e.options.model_json_schema() for e in catalog.providers if e.options is not None
+    }
+    sandbox_options = {
+        e.name: e.options.model_json_schema() for e in catalog.sandboxes if e.options is not None
+    }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "koboi config",
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["llm"],
+        "properties": properties,
+        "x-koboi-provider-options": provider_options,
+        "x-koboi-sandbox-options": sandbox_options,
+        "x-koboi-tools": catalog.tools.names(),
+        "x-koboi-store-schemes": catalog.stores.names(),
+    }

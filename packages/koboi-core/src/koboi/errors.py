@@ -1,0 +1,86 @@
+"""The one exception hierarchy of koboi.
+
+Every error a user can cause derives from :class:`KoboiError`. The CLI turns a
+``KoboiError`` into one clear line and a non-zero exit code; anything else is a
+bug and shows a traceback with ``--debug``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+class KoboiError(Exception):
+    """Base class of every error koboi raises on purpose."""
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    """One problem found in a config file.
+
+    ``path`` is the dotted key path (``tools.builtin[2]``), ``message`` says what
+    is wrong and ``hint`` what to do about it.
+    """
+
+    path: str
+    message: str
+    hint: str = ""
+
+    def render(self, source: str | None = None) -> str:
+        where = f"{source}: " if source else ""
+        key = self.path or "<root>"
+        text = f"{where}{key}: {self.message}"
+        if self.hint:
+            text += f" ({self.hint})"
+        return text
+
+
+class ConfigError(KoboiError):
+    """A config file is invalid. Carries every problem found, not just the first."""
+
+    def __init__(self, problems: Sequence[ConfigProblem], source: str | None = None) -> None:
+        self.problems = list(problems)
+        self.source = source
+        lines = [p.render(source) for p in self.problems]
+        if len(lines) == 1:
+            message = lines[0]
+        else:
+            message = f"{len(lines)} problems in config:\n" + "\n".join(f"  - {x}" for x in lines)
+        super().__init__(message)
+
+
+class PluginError(KoboiError):
+    """A plugin could not be loaded, is incompatible, or registered something twice."""
+
+
+class RegistrationError(PluginError):
+    """Two plugins registered the same name, or a registration was malformed."""
+
+
+class ToolError(KoboiError):
+    """A tool failed. The message is shown to the model as the tool result."""
+
+
+class ToolArgumentError(ToolError):
+    """The arguments a model gave for a tool did not validate."""
+
+
+class ProviderError(KoboiError):
+    """A model provider failed to produce a response."""
+
+
+class StoreError(KoboiError):
+    """The store could not read or write."""
+
+
+class SessionNotFound(StoreError):
+    """No session with that id exists in the store."""
+
+
+class SandboxError(KoboiError):
+    """The sandbox refused or failed to run something."""
+
+
+class BudgetExceeded(KoboiError):
+    """A run stopped because a configured budget was used up."""

@@ -1,0 +1,93 @@
+"""The journal contract: event types, and folding a journal back into a conversation.
+
+Every step of a run is committed to the session's journal: an event *before*
+each model call and tool call begins and another *after* it ends. The journal
+is the truth: the conversation of a session is what :func:`fold_messages`
+rebuilds from it.
+
+Event types and their data (all JSON):
+
+=========================  ==================================================
+``run_started``            ``input`` (user text), ``agent``, ``config_hash``
+``model_call_started``     ``step``
+``model_call_finished``    ``step``, ``response`` (a dumped ModelResponse)
+``model_call_failed``      ``step``, ``error``
+``tool_call_refused``      ``step``, ``call_id``, ``name``, ``stage``, ``reason``
+``approval_requested``     ``step``, ``call_id``, ``name``, ``risk``, ``arguments_hash``
+``approval_decided``       ``step``, ``call_id``, ``approved``, ``reason``, ``decided_by``
+``tool_call_started``      ``step``, ``call_id``, ``name``, ``arguments``, ``idempotent``
+``tool_call_finished``     ``step``, ``call_id``, ``name``, ``content``, ``is_error``
+``run_finished``           ``outcome``, ``output``, ``steps``, ``usage``, ``error``
+=========================  ==================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from koboi.messages import Message, ModelResponse
+
+RUN_STARTED = "run_started"
+MODEL_CALL_STARTED = "model_call_started"
+MODEL_CALL_FINISHED = "model_call_finished"
+MODEL_CALL_FAILED = "model_call_failed"
+TOOL_CALL_REFUSED = "tool_call_refused"
+APPROVAL_REQUESTED = "approval_requested"
+APPROVAL_DECIDED = "approval_decided"
+TOOL_CALL_STARTED = "tool_call_started"
+TOOL_CALL_FINISHED = "tool_call_finished"
+RUN_FINISHED = "run_finished"
+
+EVENT_TYPES = (
+    RUN_STARTED, MODEL_CALL_STARTED, MODEL_CALL_FINISHED, MODEL_CALL_FAILED, TOOL_CALL_REFUSED,
+    APPROVAL_REQUESTED, APPROVAL_DECIDED, TOOL_CALL_STARTED, TOOL_CALL_FINISHED, RUN_FINISHED,
+)
+
+INTERRUPTED_RESULT = (
+    "This tool call was interrupted before it reported a result; whether it took effect is "
+    "unknown. Check the current state before trying again."
+)
+
+
+def fold_messages(events: Iterable[Any]) -> list[Message]:
+    """Rebuild the conversation (without the system prompt) from journal events.
+
+    Each ``run_started`` adds the user message, each ``model_call_finished`` the
+    assistant message, each ``tool_call_finished`` / ``tool_call_refused`` the
+    tool result. A tool call the model made that has no recorded outcome (the
+    process died while it ran) gets an "interrupted, outcome unknown" result, so
+    the folded conversation is always well formed.
+    """
+    messages: list[Message] = []
+    # call id -> (call, outcome); outcomes are emitted in the order the model asked.
+    pending: dict[str, tuple[Any, tuple[str, bool] | None]] = {}
+
+    def close_pending() -> None:
+        for call, outcome in pending.values():
+            content, is_error = outcome if outcome is not None else (INTERRUPTED_RESULT, True)
+            messages.append(Message.tool_result(call, content, is_error=is_error))
+        pending.clear()
+
+    for event in events:
+        kind, data = event.type, event.data
+        if kind == RUN_STARTED:
+            close_pending()
+            messages.append(Message.user(str(data.get("input", ""))))
+        elif kind == MODEL_CALL_FINISHED:
+            close_pending()
+            response = ModelResponse.model_validate(data["response"])
+            messages.append(response.message)
+            for call in response.message.tool_calls:
+                pending[call.id] = (call, None)
+        elif kind in (TOOL_CALL_FINISHED, TOOL_CALL_REFUSED):
+            entry = pending.get(str(data.get("call_id")))
+            if entry is None:
+                continue
+            if kind == TOOL_CALL_FINISHED:
+                outcome = (str(data.get("content", "")), bool(data.get("is_error")))
+            else:
+                outcome = (str(data.get("reason", "refused")), True)
+            pending[str(data.get("call_id"))] = (entry[0], outcome)
+    close_pending()
+    return messages

@@ -1,0 +1,349 @@
+"""The agent loop: model call -> tool calls -> results -> next model call.
+
+Every step goes through the journal: an event is committed before each model
+call and tool call begins and after it ends, so the journal alone tells what
+happened and what was in flight. The loop ends with a final answer, or after
+``agent.max_iterations`` model calls with the outcome ``max_iterations`` —
+never silently — or with ``failed`` / ``cancelled``; in every case a
+``run_finished`` event is journaled and a :class:`~koboi.events.FinalEvent` is
+the last thing yielded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from koboi import journal as J
+from koboi.approval import ApprovalRequest, Approver, arguments_hash
+from koboi.errors import KoboiError, ToolArgumentError, ToolError
+from koboi.events import (
+    AgentEvent,
+    FinalEvent,
+    Outcome,
+    RunResult,
+    StepEvent,
+    TextDeltaEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+)
+from koboi.interceptors import Interceptor, PendingToolCall, RunInfo, Verdict, overrides
+from koboi.messages import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ResponseDone,
+    TextDelta,
+    ToolCall,
+    Usage,
+)
+from koboi.store import JournalEvent, NewEvent, Store
+from koboi.tools import Risk, Tool, ToolContext, ToolResult
+
+if TYPE_CHECKING:
+    from koboi.config import AgentConfig
+    from koboi.provider import ModelProvider
+    from koboi.sandbox import Sandbox
+
+_RISK_RANK = {Risk.SAFE: 0, Risk.MODERATE: 1, Risk.DESTRUCTIVE: 2}
+
+
+@dataclass
+class _Refusal:
+    stage: str
+    reason: str
+
+
+@dataclass
+class LoopParts:
+    """Everything one run needs, assembled by :class:`koboi.KoboiAgent`."""
+
+    config: AgentConfig
+    provider: ModelProvider
+    store: Store
+    sandbox: Sandbox
+    approver: Approver
+    tools: Mapping[str, Tool]
+    interceptors: Sequence[Interceptor] = ()
+    resources: Mapping[type[Any], Any] = field(default_factory=dict)
+
+
+class AgentRun:
+    """One run of the loop for one user message in one session."""
+
+    def __init__(self, parts: LoopParts, session_id: str, history: list[Message]) -> None:
+        self.parts = parts
+        self.session_id = session_id
+        self.config = parts.config
+        self.messages: list[Message] = history
+        self.usage = Usage()
+        self.step = 0
+        self.info = RunInfo(session_id=session_id, step=0, config=parts.config)
+        icp = parts.interceptors
+        self._before_model = [i for i in icp if overrides(i, "before_model_call")]
+        self._after_model = [i for i in icp if overrides(i, "after_model_call")]
+        self._before_tool = [i for i in icp if overrides(i, "before_tool_call")]
+        self._admit_tool = [i for i in icp if overrides(i, "admit_tool_call")]
+        self._after_tool = [i for i in icp if overrides(i, "after_tool_call")]
+        self._observers = [i for i in icp if overrides(i, "on_event")]
+        self._specs = tuple(t.spec() for t in parts.tools.values())
+        self._approval_rank = _RISK_RANK[Risk(parts.config.agent.approval_risk)]
+        self._tool_timeout = parts.config.tools.timeout_seconds
+        self._finished = False
+
+    # -- journal ---------------------------------------------------------------
+
+    async def record(self, type_: str, data: Mapping[str, Any]) -> JournalEvent:
+        """Commit one event to the journal, then tell the observers."""
+        (event,) = await self.parts.store.append(self.session_id, (NewEvent(type_, data),))
+        for observer in self._observers:
+            try:
+                await observer.on_event(event, self.info)
+            except Exception:  # noqa: BLE001 - an observer must never break the run
+                pass
+        return event
+
+    # -- the loop ----------------------------------------------------------------
+
+    async def execute(self, user_input: str) -> AsyncGenerator[AgentEvent, None]:
+        """Run the loop, yielding events; the last one is always a FinalEvent."""
+        config = self.config
+        await self.parts.store.set_status(self.session_id, "running")
+        await self.record(J.RUN_STARTED, {
+            "input": user_input, "agent": config.agent.name, "config_hash": config.config_hash,
+        })
+        self.messages.append(Message.user(user_input))
+        system = (Message.system(config.agent.system_prompt),) if config.agent.system_prompt else ()
+        try:
+            final_text = ""
+            for step in range(1, config.agent.max_iterations + 1):
+                self.step = self.info.step = step
+                request = ModelRequest.model_construct(
+                    messages=[*system, *self.messages] if system else self.messages,
+                    tools=self._specs, options={}, response_format=None,
+                )
+                for icp in self._before_model:
+                    request = await icp.before_model_call(request, self.info) or request
+                await self.record(J.MODEL_CALL_STARTED, {"step": step})
+                response: ModelResponse | None = None
+                try:
+                    if config.agent.stream:
+                        async for item in self.parts.provider.stream(request):
+                            if isinstance(item, TextDelta):
+                                yield TextDeltaEvent(item.text, step)
+                            elif isinstance(item, ResponseDone):
+                                response = item.response
+                        if response is None:
+                            raise KoboiError("the provider's stream ended without a response")
+                    else:
+                        response = await self.parts.provider.complete(request)
+                        if response.message.content:
+                            yield TextDeltaEvent(response.message.content, step)
+                except Exception as exc:
+                    error = _describe(exc)
+                    await self.record(J.MODEL_CALL_FAILED, {"step": step, "error": error})
+                    yield await self._finish("failed", final_text, error)
+                    return
+                for icp in self._after_model:
+                    response = await icp.after_model_call(response, self.info) or response
+                finished = await self.record(J.MODEL_CALL_FINISHED, {
+                    "step": step, "response": response.model_dump(mode="json", exclude_defaults=True),
+                })
+                self.usage = self.usage + response.usage
+                message = response.message
+                self.messages.append(message)
+                final_text = message.content
+                yield StepEvent(step, response.usage, len(message.tool_calls), finished.seq)
+                if not message.tool_calls:
+                    yield await self._finish("completed", final_text)
+                    return
+                for call in message.tool_calls:
+                    yield ToolCallEvent(call, step)
+                if config.agent.parallel_tool_calls and len(message.tool_calls) > 1:
+                    results = await self._run_parallel(message.tool_calls, step)
+                else:
+                    results = [await self._run_tool_call(c, step) for c in message.tool_calls]
+                for result_message, event in results:
+                    self.messages.append(result_message)
+                    yield event
+            yield await self._finish(
+                "max_iterations", final_text,
+                f"stopped after {config.agent.max_iterations} model calls without a final answer "
+                "(agent.max_iterations)",
+            )
+        except Exception as exc:
+            if self._finished:
+                raise
+            try:
+                final = await self._finish("failed", "", _describe(exc))
+            except Exception:
+                raise exc from None
+            yield final
+        finally:
+            if not self._finished:
+                # Cancelled, or the caller stopped listening: record it, whatever happens next.
+                with anyio.CancelScope(shield=True):
+                    await self._finish("cancelled", "", "the run was cancelled")
+
+    async def _finish(self, outcome: Outcome, output: str, error: str | None = None) -> FinalEvent:
+        self._finished = True
+        usage = self.usage
+        event = await self.record(J.RUN_FINISHED, {
+            "outcome": outcome, "output": output, "steps": self.step, "error": error,
+            "usage": usage.model_dump(),
+        })
+        status = {"completed": "completed", "max_iterations": "completed", "failed": "failed",
+                  "cancelled": "interrupted"}[outcome]
+        await self.parts.store.set_status(self.session_id, status)  # type: ignore[arg-type]
+        result = RunResult(
+            session_id=self.session_id, outcome=outcome, output=output, usage=usage,
+            steps=self.step, messages=list(self.messages), error=error,
+        )
+        return FinalEvent(result, event.seq)
+
+    async def _run_parallel(
+        self, calls: Sequence[ToolCall], step: int
+    ) -> list[tuple[Message, ToolResultEvent]]:
+        results: list[tuple[Message, ToolResultEvent] | None] = [None] * len(calls)
+
+        async def one(index: int, call: ToolCall) -> None:
+            results[index] = await self._run_tool_call(call, step)
+
+        async with anyio.create_task_group() as tg:
+            for index, call in enumerate(calls):
+                tg.start_soon(one, index, call)
+        return [r for r in results if r is not None]
+
+    # -- one tool call -------------------------------------------------------------
+
+    async def _run_tool_call(self, call: ToolCall, step: int) -> tuple[Message, ToolResultEvent]:
+        """The documented pipeline of one call; see koboi.interceptors for the order."""
+        decided = await self._decide(call, step)
+        if isinstance(decided, _Refusal):
+            event = await self.record(J.TOOL_CALL_REFUSED, {
+                "step": step, "call_id": call.id, "name": call.name,
+                "stage": decided.stage, "reason": decided.reason,
+            })
+            return (
+                Message.tool_result(call, decided.reason, is_error=True),
+                ToolResultEvent(call.id, call.name, decided.reason, True, step, decided.stage,
+                                event.seq),
+            )
+        pending = decided
+        tool = pending.tool
+        ctx = ToolContext(
+            session_id=self.session_id, call_id=call.id, step=step, sandbox=self.parts.sandbox,
+            workdir=getattr(self.parts.sandbox, "workdir", None), resources=self.parts.resources,
+        )
+        # The "started" marker is committed as late as possible: after every decision,
+        # immediately before the effect begins.
+        await self.record(J.TOOL_CALL_STARTED, {
+            "step": step, "call_id": call.id, "name": call.name,
+            "arguments": call.arguments, "idempotent": tool.idempotent,
+        })
+        result = await self._invoke(pending, ctx)
+        for icp in self._after_tool:
+            result = await icp.after_tool_call(pending, result, self.info) or result
+        event = await self.record(J.TOOL_CALL_FINISHED, {
+            "step": step, "call_id": call.id, "name": call.name,
+            "content": result.content, "is_error": result.is_error,
+        })
+        return (
+            Message.tool_result(call, result.content, is_error=result.is_error),
+            ToolResultEvent(call.id, call.name, result.content, result.is_error, step, None,
+                            event.seq),
+        )
+
+    async def _decide(self, call: ToolCall, step: int) -> PendingToolCall | _Refusal:
+        tool = self.parts.tools.get(call.name)
+        if tool is None:
+            known = ", ".join(sorted(self.parts.tools)) or "none"
+            return _Refusal("lookup", f"unknown tool '{call.name}'; available tools: {known}")
+        if call.raw_arguments is not None:
+            return _Refusal(
+                "arguments",
+                f"invalid arguments for tool '{call.name}': not a JSON object: "
+                f"{call.raw_arguments[:200]!r}",
+            )
+        try:
+            args = tool.parse_arguments(call.arguments)
+        except ToolArgumentError as exc:
+            return _Refusal("arguments", str(exc))
+        pending = PendingToolCall(call=call, tool=tool, args=args, step=step)
+
+        verdicts: list[Verdict] = []
+        for icp in self._before_tool:
+            verdict = await icp.before_tool_call(pending, self.info)
+            if verdict is None:
+                continue
+            if verdict.action == "deny":
+                return _Refusal(verdict.stage or icp.name, verdict.reason or "denied")
+            verdicts.append(verdict)
+        needs_approval = _RISK_RANK[tool.risk] >= self._approval_rank
+        if any(v.action == "ask" for v in verdicts):
+            needs_approval = True
+        elif verdicts and all(v.action == "allow" and v.skip_approval for v in verdicts):
+            needs_approval = False
+        if needs_approval:
+            refusal = await self._approve(pending, verdicts)
+            if refusal is not None:
+                return refusal
+        for icp in self._admit_tool:
+            verdict = await icp.admit_tool_call(pending, self.info)
+            if verdict is not None and verdict.action == "deny":
+                return _Refusal(verdict.stage or icp.name, verdict.reason or "not admitted")
+        return pending
+
+    async def _approve(self, pending: PendingToolCall, verdicts: list[Verdict]) -> _Refusal | None:
+        call, tool = pending.call, pending.tool
+        reasons = [v.reason for v in verdicts if v.action == "ask" and v.reason]
+        reason = "; ".join(reasons) or f"tool risk is {tool.risk.value}"
+        request = ApprovalRequest(
+            session_id=self.session_id, step=pending.step, call_id=call.id, tool_name=call.name,
+            arguments=call.arguments, risk=tool.risk, reason=reason,
+            arguments_hash=arguments_hash(call.arguments),
+        )
+        await self.record(J.APPROVAL_REQUESTED, {
+            "step": pending.step, "call_id": call.id, "name": call.name, "risk": tool.risk.value,
+            "arguments_hash": request.arguments_hash, "reason": reason,
+        })
+        try:
+            decision = await self.parts.approver.decide(request)
+        except Exception as exc:
+            approved, why, by = False, f"the approver failed: {_describe(exc)}", self.parts.approver.name
+        else:
+            approved, why, by = decision.approved, decision.reason, decision.decided_by
+        await self.record(J.APPROVAL_DECIDED, {
+            "step": pending.step, "call_id": call.id, "approved": approved, "reason": why,
+            "decided_by": by,
+        })
+        if approved:
+            return None
+        return _Refusal("approval", why or f"tool '{call.name}' was not approved")
+
+    async def _invoke(self, pending: PendingToolCall, ctx: ToolContext) -> ToolResult:
+        tool = pending.tool
+        try:
+            if self._tool_timeout is None:
+                return await self.parts.sandbox.run_tool(tool, pending.args, ctx)
+            with anyio.fail_after(self._tool_timeout):
+                return await self.parts.sandbox.run_tool(tool, pending.args, ctx)
+        except TimeoutError:
+            return ToolResult(
+                f"tool '{tool.name}' timed out after {self._tool_timeout:g} s "
+                "(tools.timeout_seconds)", is_error=True,
+            )
+        except ToolError as exc:
+            return ToolResult(f"tool '{tool.name}' failed: {exc}", is_error=True)
+        except Exception as exc:
+            return ToolResult(f"tool '{tool.name}' failed: {_describe(exc)}", is_error=True)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, KoboiError):
+        return str(exc)
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

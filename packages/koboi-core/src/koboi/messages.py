@@ -1,0 +1,141 @@
+"""Message, tool-call and model request/response types shared by every plugin.
+
+These are the wire-neutral types of koboi: a provider plugin translates them to
+and from its API's format; the loop, the journal and the tools only ever see
+these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ToolCall(_Frozen):
+    """A model's request to call one tool.
+
+    ``arguments`` holds the decoded JSON object. When the model produced text
+    that is not a JSON object, ``arguments`` is empty and ``raw_arguments``
+    keeps the text, so the loop can tell the model what was wrong.
+    """
+
+    id: str = Field(description="Identifier the provider gave this call; echoed in the result.")
+    name: str = Field(description="Name of the tool to call, exactly as registered.")
+    arguments: dict[str, Any] = Field(default_factory=dict, description="Decoded JSON arguments.")
+    raw_arguments: str | None = Field(
+        default=None, description="Undecodable argument text, when the model sent invalid JSON."
+    )
+
+
+class Message(_Frozen):
+    """One message of a conversation."""
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = Field(default=None, description="For role 'tool': the call answered.")
+    name: str | None = Field(default=None, description="For role 'tool': the tool's name.")
+    is_error: bool = Field(default=False, description="For role 'tool': the call failed.")
+    provider_data: dict[str, Any] | None = Field(
+        default=None,
+        description="Opaque data a provider must see again on the next turn (e.g. thinking blocks).",
+    )
+
+    @classmethod
+    def system(cls, content: str) -> Message:
+        return cls(role="system", content=content)
+
+    @classmethod
+    def user(cls, content: str) -> Message:
+        return cls(role="user", content=content)
+
+    @classmethod
+    def assistant(cls, content: str = "", tool_calls: tuple[ToolCall, ...] = ()) -> Message:
+        return cls(role="assistant", content=content, tool_calls=tool_calls)
+
+    @classmethod
+    def tool_result(
+        cls, call: ToolCall, content: str, *, is_error: bool = False
+    ) -> Message:
+        return cls(
+            role="tool", content=content, tool_call_id=call.id, name=call.name, is_error=is_error
+        )
+
+
+class Usage(_Frozen):
+    """Token usage of one model call, or the sum of several."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    requests: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            requests=self.requests + other.requests,
+        )
+
+
+FinishReason = Literal["stop", "tool_calls", "length", "content_filter", "error"]
+
+
+class ModelResponse(_Frozen):
+    """What a provider returns for one call: an assistant message and its usage."""
+
+    message: Message
+    usage: Usage = Usage()
+    finish_reason: FinishReason = "stop"
+    model: str = ""
+
+
+class ToolSpec(_Frozen):
+    """What a model is told about a tool: name, description, JSON schema of the arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ModelRequest(_Frozen):
+    """One request to a model provider."""
+
+    messages: Sequence[Message]
+    tools: Sequence[ToolSpec] = ()
+    options: dict[str, Any] = Field(default_factory=dict)
+    response_format: dict[str, Any] | None = None
+
+
+class TextDelta(_Frozen):
+    """A piece of assistant text, streamed as the model produces it."""
+
+    kind: Literal["text_delta"] = "text_delta"
+    text: str
+
+
+class ResponseDone(_Frozen):
+    """The last event of a provider stream: the complete response."""
+
+    kind: Literal["done"] = "done"
+    response: ModelResponse
+
+
+ModelStreamEvent = TextDelta | ResponseDone

@@ -1,0 +1,193 @@
+"""The ``Sandbox`` contract and the in-kernel passthrough sandbox.
+
+The sandbox is the last stage of every tool call: the kernel hands it the
+validated, approved call and it runs the tool (and any process the tool
+starts) under whatever isolation it enforces.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import ByteReceiveStream, Process
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from koboi.tools import Tool, ToolContext, ToolResult
+
+DEFAULT_OUTPUT_LIMIT = 1_000_000
+TRUNCATION_MARKER = "\n[output truncated: {dropped} bytes dropped]"
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """The outcome of a process run through a sandbox."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    truncated: bool = False
+
+
+class Sandbox(ABC):
+    """Where tool calls run.
+
+    Implementations must run :meth:`run_tool` so that the tool's effects are
+    confined to what the sandbox allows, and :meth:`run_process` so that a
+    timeout kills the whole process group and output is capped while it is read.
+    """
+
+    name: str = "sandbox"
+
+    async def run_tool(self, tool: Tool, args: BaseModel, ctx: ToolContext) -> ToolResult:
+        """Run one validated, approved tool call. The default calls the tool in-process."""
+        return await tool(args, ctx)
+
+    @abstractmethod
+    async def run_process(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        input: bytes | None = None,
+        max_output: int = DEFAULT_OUTPUT_LIMIT,
+    ) -> ProcessResult:
+        """Run a command to completion (or until ``timeout`` seconds) and capture its output."""
+
+    def describe(self) -> dict[str, Any]:
+        """What this sandbox enforces, for ``koboi sandbox check`` and the journal."""
+        return {"backend": self.name}
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook with a no-op default
+        """Release resources (kill background processes). Called once when the agent closes."""
+
+
+class PassthroughSandbox(Sandbox):
+    """No isolation: tools run in the agent's process, commands as the agent's user.
+
+    It still enforces what every sandbox must: timeouts kill the process group,
+    output is capped while it is read.
+    """
+
+    name = "passthrough"
+
+    def __init__(self, workdir: Path | None = None) -> None:
+        self.workdir = workdir
+
+    async def run_process(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        input: bytes | None = None,
+        max_output: int = DEFAULT_OUTPUT_LIMIT,
+    ) -> ProcessResult:
+        return await run_capped_process(
+            argv, cwd=cwd or self.workdir, env=env, timeout=timeout, input=input,
+            max_output=max_output,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.name, "isolation": "none"}
+
+
+async def run_capped_process(
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    input: bytes | None = None,
+    max_output: int = DEFAULT_OUTPUT_LIMIT,
+) -> ProcessResult:
+    """Run ``argv`` in its own session; cap output while reading; kill the group on timeout."""
+    if not argv:
+        raise ValueError("argv must not be empty")
+    process = await anyio.open_process(
+        list(argv),
+        cwd=cwd,
+        env=dict(env) if env is not None else None,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    out = _CappedBuffer(max_output)
+    err = _CappedBuffer(max_output)
+    timed_out = False
+    try:
+        with anyio.move_on_after(timeout) as scope:
+            async with anyio.create_task_group() as tg:
+                if process.stdout is not None:
+                    tg.start_soon(_drain, process.stdout, out)
+                if process.stderr is not None:
+                    tg.start_soon(_drain, process.stderr, err)
+                if input is not None and process.stdin is not None:
+                    await process.stdin.send(input)
+                    await process.stdin.aclose()
+                await process.wait()
+        timed_out = scope.cancelled_caught
+    finally:
+        if process.returncode is None or timed_out:
+            _kill_group(process)
+            with anyio.CancelScope(shield=True):
+                await process.wait()
+        else:
+            # The leader exited; anything it left in its group goes too.
+            _kill_group(process)
+    return ProcessResult(
+        returncode=process.returncode,
+        stdout=out.text(),
+        stderr=err.text(),
+        timed_out=timed_out,
+        truncated=out.dropped > 0 or err.dropped > 0,
+    )
+
+
+def _kill_group(process: Process) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class _CappedBuffer:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.dropped = 0
+
+    def feed(self, data: bytes) -> None:
+        room = self.limit - self.size
+        if room > 0:
+            kept = data[:room]
+            self.chunks.append(kept)
+            self.size += len(kept)
+        self.dropped += max(0, len(data) - max(room, 0))
+
+    def text(self) -> str:
+        text = b"".join(self.chunks).decode("utf-8", errors="replace")
+        if self.dropped:
+            text += TRUNCATION_MARKER.format(dropped=self.dropped)
+        return text
+
+
+async def _drain(stream: ByteReceiveStream, buffer: _CappedBuffer) -> None:
+    try:
+        async for chunk in stream:
+            buffer.feed(chunk)
+    except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+        pass
