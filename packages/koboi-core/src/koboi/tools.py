@@ -212,7 +212,8 @@ class FunctionTool(Tool):
                 self._context_param = pname
                 continue
             default = ... if param.default is param.empty else param.default
-            fields[pname] = (annotation, Field(default, description=param_docs.get(pname)))
+            doc = param_docs.get(pname)
+            fields[pname] = (annotation, Field(default, description=doc) if doc else default)
         model_name = "".join(p.capitalize() for p in re.split(r"[_.-]", self.name)) + "Args"
         return create_model(
             model_name, __config__=ConfigDict(extra="forbid"), **fields

@@ -1,0 +1,84 @@
+"""Test sessions. `uv run nox` (the README's test command) runs the default set:
+
+- lint:    ruff check and ruff format --check over the whole tree
+- types:   mypy (strict on koboi-core, the kernel)
+- member:  each workspace member's own tests, alone, in its own environment
+           holding only that member and its declared dependencies
+- tests:   every member's tests plus the cross-package tests/, all together
+
+uv must use the interpreter that is on the machine; it never downloads one.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+nox.options.default_venv_backend = "none"
+nox.options.sessions = ["lint", "types", "member", "tests"]
+nox.options.error_on_missing_interpreters = True
+
+os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
+
+
+def _members() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for pyproject in sorted([*ROOT.glob("packages/*/pyproject.toml"), *ROOT.glob("plugins/*/pyproject.toml")]):
+        name = tomllib.loads(pyproject.read_text())["project"]["name"]
+        found[name] = pyproject.parent
+    return found
+
+
+MEMBERS = _members()
+TESTED = [name for name, path in MEMBERS.items() if (path / "tests").is_dir()]
+PYTEST_ENV = {"KOBOI_STRICT_PLUGINS": "1"}
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff: lint rules and formatting."""
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def types(session: nox.Session) -> None:
+    """mypy: strict on the kernel, default strictness elsewhere."""
+    session.run("mypy", "packages/koboi-core/src")
+    others = [str(p / "src") for name, p in MEMBERS.items() if name != "koboi-core" and (p / "src").is_dir()]
+    session.run("mypy", *others)
+
+
+@nox.session
+@nox.parametrize("package", TESTED)
+def member(session: nox.Session, package: str) -> None:
+    """One member's tests in an environment with only that member and its dependencies."""
+    env_dir = ROOT / ".nox" / f"member-{package}"
+    env = {"UV_PROJECT_ENVIRONMENT": str(env_dir), **PYTEST_ENV}
+    session.run(
+        "uv", "sync", "--locked", "--package", package, "--no-default-groups", "--group", "test",
+        env=env, external=True,
+    )
+    python = env_dir / "bin" / "python"
+    session.run(
+        str(python), "-m", "pytest", str(MEMBERS[package] / "tests"), "-q", "-p", "no:cacheprovider",
+        *session.posargs, env=env, external=True,
+    )
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Everything installed together: every member's tests and the cross-package tests/."""
+    paths = [str(MEMBERS[name] / "tests") for name in TESTED]
+    session.run("pytest", *paths, "tests", "-q", *session.posargs, env=PYTEST_ENV)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks: print figures (never part of the default run)."""
+    for script in sorted((ROOT / "benchmarks").glob("bench_*.py")):
+        session.run("python", str(script), *session.posargs)

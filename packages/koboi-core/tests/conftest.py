@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from koboi.plugins import PluginHost, reset_default_host
+
+
+@pytest.fixture(autouse=True)
+def _fresh_default_host() -> Iterator[None]:
+    reset_default_host()
+    yield
+    reset_default_host()
+
+
+@pytest.fixture
+def host() -> PluginHost:
+    """A host with the built-in plugin and the workspace's installed plugins."""
+    h = PluginHost(strict=True)
+    h.load()
+    return h
+
+
+FakeDist = Callable[..., Path]
+
+
+@pytest.fixture
+def fake_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeDist:
+    """Install a throwaway distribution (real .dist-info metadata) on sys.path.
+
+    ``fake_dist(name, module_source, entry="id", requires=["koboi-core>=0.1,<0.2"])``
+    writes ``<module>.py`` and ``<dist>.dist-info`` so importlib.metadata finds
+    a real ``koboi.plugins`` entry point, exactly as for an installed plugin.
+    """
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    created: list[str] = []
+
+    def make(
+        dist: str,
+        source: str,
+        *,
+        entry: str,
+        module: str | None = None,
+        requires: list[str] | None = None,
+        version: str = "1.0",
+    ) -> Path:
+        mod = module or dist.replace("-", "_")
+        (site / f"{mod}.py").write_text(textwrap.dedent(source))
+        info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        reqs = requires if requires is not None else ["koboi-core>=0.1,<0.2"]
+        meta = [f"Metadata-Version: 2.1", f"Name: {dist}", f"Version: {version}"]
+        meta += [f"Requires-Dist: {r}" for r in reqs]
+        (info / "METADATA").write_text("\n".join(meta) + "\n")
+        (info / "entry_points.txt").write_text(f"[koboi.plugins]\n{entry} = {mod}\n")
+        created.append(mod)
+        return site
+
+    yield make  # type: ignore[misc]
+    for mod in created:
+        sys.modules.pop(mod, None)
