@@ -27,7 +27,9 @@ os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
 
 def _members() -> dict[str, Path]:
     found: dict[str, Path] = {}
-    for pyproject in sorted([*ROOT.glob("packages/*/pyproject.toml"), *ROOT.glob("plugins/*/pyproject.toml")]):
+    for pyproject in sorted(
+        [*ROOT.glob("packages/*/pyproject.toml"), *ROOT.glob("plugins/*/pyproject.toml")]
+    ):
         name = tomllib.loads(pyproject.read_text())["project"]["name"]
         found[name] = pyproject.parent
     return found
@@ -49,7 +51,11 @@ def lint(session: nox.Session) -> None:
 def types(session: nox.Session) -> None:
     """mypy: strict on the kernel, default strictness elsewhere."""
     session.run("mypy", "packages/koboi-core/src")
-    others = [str(p / "src") for name, p in MEMBERS.items() if name != "koboi-core" and (p / "src").is_dir()]
+    others = [
+        str(p / "src")
+        for name, p in MEMBERS.items()
+        if name != "koboi-core" and (p / "src").is_dir()
+    ]
     session.run("mypy", *others)
 
 
@@ -60,13 +66,29 @@ def member(session: nox.Session, package: str) -> None:
     env_dir = ROOT / ".nox" / f"member-{package}"
     env = {"UV_PROJECT_ENVIRONMENT": str(env_dir), **PYTEST_ENV}
     session.run(
-        "uv", "sync", "--locked", "--package", package, "--no-default-groups", "--group", "test",
-        env=env, external=True,
+        "uv",
+        "sync",
+        "--locked",
+        "--package",
+        package,
+        "--no-default-groups",
+        "--group",
+        "test",
+        env=env,
+        external=True,
     )
     python = env_dir / "bin" / "python"
     session.run(
-        str(python), "-m", "pytest", str(MEMBERS[package] / "tests"), "-q", "-p", "no:cacheprovider",
-        *session.posargs, env=env, external=True,
+        str(python),
+        "-m",
+        "pytest",
+        str(MEMBERS[package] / "tests"),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        *session.posargs,
+        env=env,
+        external=True,
     )
 
 

@@ -55,7 +55,7 @@ def fake_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeDist:
         info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
         info.mkdir()
         reqs = requires if requires is not None else ["koboi-core>=0.1,<0.2"]
-        meta = [f"Metadata-Version: 2.1", f"Name: {dist}", f"Version: {version}"]
+        meta = ["Metadata-Version: 2.1", f"Name: {dist}", f"Version: {version}"]
         meta += [f"Requires-Dist: {r}" for r in reqs]
         (info / "METADATA").write_text("\n".join(meta) + "\n")
         (info / "entry_points.txt").write_text(f"[koboi.plugins]\n{entry} = {mod}\n")

@@ -50,9 +50,13 @@ def test_unknown_section_suggests_the_close_one(tmp_path: Path, host: PluginHost
     assert found[0].startswith(str(tmp_path / "agent.yaml"))
 
 
-def test_first_party_section_not_installed_says_what_to_install(tmp_path: Path, host: PluginHost) -> None:
+def test_first_party_section_not_installed_says_what_to_install(
+    tmp_path: Path, host: PluginHost
+) -> None:
     found = problems(tmp_path, host, MINIMAL + "rag: {top_k: 3}\n")
-    assert found == [f"{tmp_path / 'agent.yaml'}: rag: no installed plugin owns this section (install koboi-rag)"]
+    assert found == [
+        f"{tmp_path / 'agent.yaml'}: rag: no installed plugin owns this section (install koboi-rag)"
+    ]
 
 
 def test_unknown_key_in_kernel_section(tmp_path: Path, host: PluginHost) -> None:
@@ -75,9 +79,17 @@ def test_every_problem_is_reported_at_once(tmp_path: Path, host: PluginHost) -> 
     assert "agent.mode: Input should be 'chat', 'plan', 'act', 'auto' or 'yolo'" in joined
     assert "agent.max_iterations: Input should be greater than or equal to 1" in joined
     assert "llm.scirpt: unknown key (did you mean 'script'?)" in joined
-    assert "tools.builtin[1]: unknown tool 'calculater' (did you mean 'calculator'?; known tools:" in joined
-    assert "tools.builtin[2]: unknown tool 'web_search' (install koboi-tools-web; known tools:" in joined
-    assert "store.url: no installed store handles 'sqlite://' URLs (install koboi-store-sql)" in joined
+    assert (
+        "tools.builtin[1]: unknown tool 'calculater' (did you mean 'calculator'?; known tools:"
+        in joined
+    )
+    assert (
+        "tools.builtin[2]: unknown tool 'web_search' (install koboi-tools-web; known tools:"
+        in joined
+    )
+    assert (
+        "store.url: no installed store handles 'sqlite://' URLs (install koboi-store-sql)" in joined
+    )
     assert "sandbox.backend: unknown sandbox backend 'restricted' (install koboi-sandbox)" in joined
     assert len(found) == 7
     error = ConfigError([], None)
@@ -108,7 +120,10 @@ def test_named_providers_map(tmp_path: Path, host: PluginHost) -> None:
     assert config.llm.provider == "scripted"
     assert set(config.providers) == {"offline"}
     found = problems(tmp_path, host, "providers: {offline: {provider: scripted}}\nllm: ofline\n")
-    assert "llm: names provider 'ofline', which the providers map does not define (did you mean 'offline'?)" in found[0]
+    assert (
+        "llm: names provider 'ofline', which the providers map does not define (did you mean 'offline'?)"
+        in found[0]
+    )
 
 
 def test_unset_variable_names_variable_and_key_path(tmp_path: Path, host: PluginHost) -> None:
@@ -144,7 +159,11 @@ def test_dotenv_beside_the_config_is_loaded_without_overriding(
 
 
 def test_extends_merges_base_first(tmp_path: Path, host: PluginHost) -> None:
-    write(tmp_path, MINIMAL + "agent: {name: base, max_iterations: 3}\ntools: {builtin: [calculator]}\n", "base.yaml")
+    write(
+        tmp_path,
+        MINIMAL + "agent: {name: base, max_iterations: 3}\ntools: {builtin: [calculator]}\n",
+        "base.yaml",
+    )
     child = write(tmp_path, "extends: base.yaml\nagent: {name: child}\n", "child.yaml")
     config = load_config(child, host.catalog(), env={})
     assert (config.agent.name, config.agent.max_iterations) == ("child", 3)
@@ -162,7 +181,10 @@ def test_extends_cycle_is_an_error(tmp_path: Path, host: PluginHost) -> None:
     ("text", "expected"),
     [
         ("llm: [unclosed\n", "invalid YAML: line 2, column 1"),
-        ("llm: {provider: scripted}\nllm: {provider: scripted}\n", "duplicate key 'llm' (first on line 1)"),
+        (
+            "llm: {provider: scripted}\nllm: {provider: scripted}\n",
+            "duplicate key 'llm' (first on line 1)",
+        ),
         ("- just\n- a list\n", "the top level must be a mapping of sections, not list"),
     ],
 )
@@ -172,11 +194,13 @@ def test_yaml_problems(tmp_path: Path, host: PluginHost, text: str, expected: st
 
 
 def test_missing_file(tmp_path: Path, host: PluginHost) -> None:
-    with pytest.raises(ConfigError, match="nope.yaml: <root>: file not found"):
+    with pytest.raises(ConfigError, match=r"nope\.yaml: <root>: file not found"):
         load_config(tmp_path / "nope.yaml", host.catalog())
 
 
-def test_provider_options_are_validated_by_the_plugin_model(tmp_path: Path, host: PluginHost) -> None:
+def test_provider_options_are_validated_by_the_plugin_model(
+    tmp_path: Path, host: PluginHost
+) -> None:
     found = problems(tmp_path, host, "llm: {provider: scripted, script: [{}]}\n")
     assert len(found) == 1 and found[0].split(": ", 1)[1].startswith("llm.script[0]")
 
@@ -198,7 +222,9 @@ def test_plugin_section_is_validated_and_returned(tmp_path: Path) -> None:
     host = PluginHost(strict=True)
     host.load()
     host.add_plugin(Plugin(), "weather")
-    config = load_config(write(tmp_path, MINIMAL + "weather: {units: imperial}\n"), host.catalog(), env={})
+    config = load_config(
+        write(tmp_path, MINIMAL + "weather: {units: imperial}\n"), host.catalog(), env={}
+    )
     section = config.section("weather")
     assert isinstance(section, Weather) and section.units == "imperial"
     found = problems(tmp_path, host, MINIMAL + "weather: {unit: imperial}\n")

@@ -47,11 +47,15 @@ def test_escaped_dollar_brace_is_literal(text: str) -> None:
     assert interpolate_text(f"$${{{text}}}", {}, "k") == (f"${{{text}}}", [])
 
 
-@given(value=st.recursive(
-    st.one_of(st.integers(), st.booleans(), st.none(), plain),
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(names, inner, max_size=4)),
-    max_leaves=20,
-))
+@given(
+    value=st.recursive(
+        st.one_of(st.integers(), st.booleans(), st.none(), plain),
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=4), st.dictionaries(names, inner, max_size=4)
+        ),
+        max_leaves=20,
+    )
+)
 @settings(max_examples=60)
 def test_structures_without_references_round_trip(value: object) -> None:
     assert interpolate(value, {}) == (value, [])
@@ -70,12 +74,19 @@ def test_bad_references() -> None:
     ]
 
 
-@given(key=names, value=st.text(alphabet=string.ascii_letters + string.digits + " ./:-", max_size=20))
+@given(
+    key=names, value=st.text(alphabet=string.ascii_letters + string.digits + " ./:-", max_size=20)
+)
 def test_dotenv_round_trip(key: str, value: str) -> None:
-    text = f"# comment\nexport {key}=\"{value}\"\n\n"
+    text = f'# comment\nexport {key}="{value}"\n\n'
     assert parse_dotenv(text) == {key: value}
 
 
 def test_dotenv_forms() -> None:
     text = "A=1\nB = two words # trailing\nC='single # kept'\nD=\"multi\\nline\"\nnot a line\n"
-    assert parse_dotenv(text) == {"A": "1", "B": "two words", "C": "single # kept", "D": "multi\nline"}
+    assert parse_dotenv(text) == {
+        "A": "1",
+        "B": "two words",
+        "C": "single # kept",
+        "D": "multi\nline",
+    }

@@ -64,7 +64,10 @@ async def slow() -> str:
 
 
 def agent(turns: list[Any], *, tools: tuple[Any, ...] = (add,), **agent_section: Any) -> KoboiAgent:
-    config: dict[str, Any] = {"llm": {"provider": "scripted"}, "agent": {"stream": False, **agent_section}}
+    config: dict[str, Any] = {
+        "llm": {"provider": "scripted"},
+        "agent": {"stream": False, **agent_section},
+    }
     kwargs: dict[str, Any] = {}
     for key in ("approver", "interceptors", "store"):
         if key in agent_section:
@@ -88,12 +91,21 @@ async def test_final_answer_after_a_tool_call_and_journal_order() -> None:
         assert result.usage.requests == 2
         types = [t for t, _ in await journal(a, result.session_id)]
         assert types == [
-            "run_started", "model_call_started", "model_call_finished", "tool_call_started",
-            "tool_call_finished", "model_call_started", "model_call_finished", "run_finished",
+            "run_started",
+            "model_call_started",
+            "model_call_finished",
+            "tool_call_started",
+            "tool_call_finished",
+            "model_call_started",
+            "model_call_finished",
+            "run_finished",
         ]
         events = await journal(a, result.session_id)
         assert events[3][1] == {
-            "step": 1, "call_id": "call_0_0", "name": "add", "arguments": {"a": 2, "b": 3},
+            "step": 1,
+            "call_id": "call_0_0",
+            "name": "add",
+            "arguments": {"a": 2, "b": 3},
             "idempotent": False,
         }
         assert events[4][1]["content"] == "5" and events[4][1]["is_error"] is False
@@ -218,7 +230,13 @@ class Recorder(Interceptor):
 
 async def test_interceptors_deny_and_observe() -> None:
     recorder = Recorder()
-    turns = [[{"name": "add", "arguments": {"a": 1, "b": 1}}, {"name": "add", "arguments": {"a": 2, "b": 2}}], "ok"]
+    turns = [
+        [
+            {"name": "add", "arguments": {"a": 1, "b": 1}},
+            {"name": "add", "arguments": {"a": 2, "b": 2}},
+        ],
+        "ok",
+    ]
     async with agent(turns, interceptors=[DenyOdd(), recorder]) as a:
         result = await a.run("x")
         assert result.messages[2].content == "odd numbers are not allowed"
@@ -249,7 +267,9 @@ async def test_parallel_tool_calls_keep_the_models_order() -> None:
 async def test_stream_yields_typed_events_in_order() -> None:
     turns = [{"name": "add", "arguments": {"a": 1, "b": 2}}, "three it is"]
     async with KoboiAgent.from_dict(
-        {"llm": {"provider": "scripted"}}, provider=ScriptedProvider.from_turns(turns), extra_tools=[add]
+        {"llm": {"provider": "scripted"}},
+        provider=ScriptedProvider.from_turns(turns),
+        extra_tools=[add],
     ) as a:
         events = [e async for e in a.stream("x")]
         kinds = [type(e).__name__ for e in events]
@@ -265,7 +285,12 @@ async def test_session_continues_from_its_journal() -> None:
         first = await a.run("one")
         second = await a.run("two", session_id=first.session_id)
         assert second.session_id == first.session_id
-        assert [m.content for m in second.messages] == ["one", "first answer", "two", "second answer"]
+        assert [m.content for m in second.messages] == [
+            "one",
+            "first answer",
+            "two",
+            "second answer",
+        ]
 
 
 async def test_breaking_out_of_the_stream_records_cancelled() -> None:

@@ -67,7 +67,9 @@ def test_strict_mode_follows_the_environment(monkeypatch) -> None:
 
 def test_incompatible_kernel_range_is_refused_before_import(fake_dist, monkeypatch) -> None:
     fake_dist(
-        "koboi-future", "raise AssertionError('must not be imported')\n", entry="future",
+        "koboi-future",
+        "raise AssertionError('must not be imported')\n",
+        entry="future",
         requires=["koboi-core>=9.0,<10"],
     )
     host = _host(monkeypatch, "future")

@@ -33,8 +33,15 @@ def test_schema_from_a_typed_function_with_docstring_args() -> None:
     assert spec.name == "search"
     assert spec.description == "Search the index."
     props = spec.parameters["properties"]
-    assert props["query"] == {"description": "What to look for.", "title": "Query", "type": "string"}
-    assert props["limit"]["default"] == 5 and props["limit"]["description"] == "Most results to return."
+    assert props["query"] == {
+        "description": "What to look for.",
+        "title": "Query",
+        "type": "string",
+    }
+    assert (
+        props["limit"]["default"] == 5
+        and props["limit"]["description"] == "Most results to return."
+    )
     assert props["kind"]["enum"] == ["web", "news"]
     assert spec.parameters["required"] == ["query"]
     assert spec.parameters["additionalProperties"] is False
@@ -44,7 +51,9 @@ def test_schema_from_a_typed_function_with_docstring_args() -> None:
 
 def test_annotated_descriptions_and_context_injection() -> None:
     @tool
-    async def whoami(ctx: ToolContext, greeting: Annotated[str, Field(description="How to greet")]) -> str:
+    async def whoami(
+        ctx: ToolContext, greeting: Annotated[str, Field(description="How to greet")]
+    ) -> str:
         """Say who is asking."""
         return f"{greeting} from {ctx.session_id}/{ctx.call_id}"
 

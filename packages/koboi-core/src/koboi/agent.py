@@ -126,8 +126,13 @@ class KoboiAgent:
             raise
         self._stack = stack
         self._parts = LoopParts(
-            config=config, provider=provider, store=store, sandbox=sandbox,
-            approver=self.approver, tools=tools, interceptors=interceptors,
+            config=config,
+            provider=provider,
+            store=store,
+            sandbox=sandbox,
+            approver=self.approver,
+            tools=tools,
+            interceptors=interceptors,
             resources=self._resources,
         )
 
@@ -178,7 +183,9 @@ class KoboiAgent:
             raise KoboiError(f"sandbox backend {self.config.sandbox.backend!r} is not installed")
         sandbox = entry.target(self.config.sandbox_options, self.config)
         if not isinstance(sandbox, Sandbox):
-            raise KoboiError(f"sandbox plugin {entry.plugin!r} returned {sandbox!r}, not a koboi.Sandbox")
+            raise KoboiError(
+                f"sandbox plugin {entry.plugin!r} returned {sandbox!r}, not a koboi.Sandbox"
+            )
         return sandbox
 
     def _build_tools(self, catalog: Any) -> dict[str, Tool]:
@@ -254,6 +261,8 @@ class KoboiAgent:
             else:
                 return session_id, J.fold_messages(await store.read(session_id))
         info = await store.create_session(
-            session_id, config_name=config.agent.name, config_hash=config.config_hash,
+            session_id,
+            config_name=config.agent.name,
+            config_hash=config.config_hash,
         )
         return info.id, []

@@ -98,7 +98,9 @@ class CallbackApprover(Approver):
 
     def __init__(
         self,
-        callback: Callable[[ApprovalRequest], bool | ApprovalDecision | Awaitable[bool | ApprovalDecision]],
+        callback: Callable[
+            [ApprovalRequest], bool | ApprovalDecision | Awaitable[bool | ApprovalDecision]
+        ],
     ) -> None:
         self.callback = callback
 

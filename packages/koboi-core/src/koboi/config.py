@@ -36,14 +36,20 @@ class _Section(BaseModel):
 class AgentSection(_Section):
     """The agent itself: who it is and how its loop runs."""
 
-    name: str = Field(default="agent", description="Name shown in logs, the journal and the server.")
-    system_prompt: str = Field(default="", description="System prompt sent before the conversation.")
+    name: str = Field(
+        default="agent", description="Name shown in logs, the journal and the server."
+    )
+    system_prompt: str = Field(
+        default="", description="System prompt sent before the conversation."
+    )
     mode: Mode = Field(
         default="chat",
         description="Autonomy mode: chat, plan, act, auto or yolo (see docs/governance.md).",
     )
     max_iterations: int = Field(
-        default=20, ge=1, le=100_000,
+        default=20,
+        ge=1,
+        le=100_000,
         description="Most model calls in one run; reaching it ends the run as 'max_iterations'.",
     )
     parallel_tool_calls: bool = Field(
@@ -54,7 +60,9 @@ class AgentSection(_Section):
         default=Risk.MODERATE,
         description="Tools at or above this risk need an approver's yes before they run.",
     )
-    stream: bool = Field(default=True, description="Ask the provider to stream text as it is produced.")
+    stream: bool = Field(
+        default=True, description="Ask the provider to stream text as it is produced."
+    )
 
 
 class ProviderSection(BaseModel):
@@ -69,7 +77,8 @@ class ToolsSection(_Section):
     """Which tools the agent may use."""
 
     builtin: list[str] = Field(
-        default_factory=list, description="Names of registered tools to enable, exactly as registered."
+        default_factory=list,
+        description="Names of registered tools to enable, exactly as registered.",
     )
     timeout_seconds: float | None = Field(
         default=300.0, gt=0, description="Wall-clock limit of one tool call; None for no limit."
@@ -144,7 +153,9 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (first on line {seen[key] + 1})",
+                None,
+                None,
+                f"duplicate key {key!r} (first on line {seen[key] + 1})",
                 key_node.start_mark,
             )
         seen[key] = key_node.start_mark.line
@@ -162,13 +173,17 @@ def read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError([ConfigProblem("", "file not found", "check the path")], str(path)) from None
+        raise ConfigError(
+            [ConfigProblem("", "file not found", "check the path")], str(path)
+        ) from None
     except IsADirectoryError:
-        raise ConfigError([ConfigProblem("", "is a directory, not a YAML file")], str(path)) from None
+        raise ConfigError(
+            [ConfigProblem("", "is a directory, not a YAML file")], str(path)
+        ) from None
     except UnicodeDecodeError:
         raise ConfigError([ConfigProblem("", "is not UTF-8 text")], str(path)) from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -180,7 +195,11 @@ def read_yaml(path: Path) -> dict[str, Any]:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(
-            [ConfigProblem("", f"the top level must be a mapping of sections, not {type(data).__name__}")],
+            [
+                ConfigProblem(
+                    "", f"the top level must be a mapping of sections, not {type(data).__name__}"
+                )
+            ],
             str(path),
         )
     return data
@@ -347,7 +366,8 @@ class _Checker:
                 self.add(key, "no installed plugin owns this section", f"install {dist}")
             else:
                 self.add(
-                    key, "unknown section",
+                    key,
+                    "unknown section",
                     _suggest(key, known) or f"known sections: {', '.join(known)}",
                 )
 
@@ -368,8 +388,14 @@ class _Checker:
         assert isinstance(store, StoreSection) and isinstance(sandbox, SandboxSection)
         assert llm is not None
         return AgentConfig(
-            agent=agent, llm=llm, llm_options=llm_options, tools=tools, store=store,
-            sandbox=sandbox, sandbox_options=sandbox_options, providers=providers,
+            agent=agent,
+            llm=llm,
+            llm_options=llm_options,
+            tools=tools,
+            store=store,
+            sandbox=sandbox,
+            sandbox_options=sandbox_options,
+            providers=providers,
             sections=sections,
         )
 
@@ -393,8 +419,13 @@ class _Checker:
         if registration is None:
             dist = _hints.PROVIDERS.get(section.provider)
             known = self.catalog.providers.names()
-            hint = f"install {dist}" if dist else (
-                _suggest(section.provider, known) or f"installed providers: {', '.join(known) or 'none'}"
+            hint = (
+                f"install {dist}"
+                if dist
+                else (
+                    _suggest(section.provider, known)
+                    or f"installed providers: {', '.join(known) or 'none'}"
+                )
             )
             self.add(f"{path}.provider", f"unknown provider '{section.provider}'", hint)
             return None
@@ -414,7 +445,8 @@ class _Checker:
             if section is None:
                 names = sorted(providers)
                 self.add(
-                    "llm", f"names provider '{value}', which the providers map does not define",
+                    "llm",
+                    f"names provider '{value}', which the providers map does not define",
                     _suggest(value, names) or f"defined: {', '.join(names) or 'none'}",
                 )
                 return None, None
@@ -429,8 +461,10 @@ class _Checker:
         if registration is None:
             dist = _hints.SANDBOXES.get(section.backend)
             known = self.catalog.sandboxes.names()
-            hint = f"install {dist}" if dist else (
-                _suggest(section.backend, known) or f"installed backends: {', '.join(known)}"
+            hint = (
+                f"install {dist}"
+                if dist
+                else (_suggest(section.backend, known) or f"installed backends: {', '.join(known)}")
             )
             self.add("sandbox.backend", f"unknown sandbox backend '{section.backend}'", hint)
             return None
@@ -458,7 +492,11 @@ class _Checker:
     def store(self, section: StoreSection) -> None:
         scheme = store_scheme(section.url)
         if scheme is None:
-            self.add("store.url", f"'{section.url}' is not a URL", "e.g. memory:// or sqlite:///.koboi/koboi.db")
+            self.add(
+                "store.url",
+                f"'{section.url}' is not a URL",
+                "e.g. memory:// or sqlite:///.koboi/koboi.db",
+            )
             return
         if scheme not in self.catalog.stores:
             dist = _hints.STORE_SCHEMES.get(scheme)
@@ -483,10 +521,15 @@ def config_schema(catalog: Catalog) -> dict[str, Any]:
     for name, model in KERNEL_SECTIONS.items():
         schema = model.model_json_schema()
         if name == "providers":
-            schema = {"type": "object", "additionalProperties": schema,
-                      "description": "Named providers; 'llm' may name one."}
+            schema = {
+                "type": "object",
+                "additionalProperties": schema,
+                "description": "Named providers; 'llm' may name one.",
+            }
         elif name == "llm":
-            schema = {"anyOf": [schema, {"type": "string", "description": "A name from 'providers'."}]}
+            schema = {
+                "anyOf": [schema, {"type": "string", "description": "A name from 'providers'."}]
+            }
         properties[name] = schema
     for entry in catalog.sections:
         schema = entry.target.model_json_schema()

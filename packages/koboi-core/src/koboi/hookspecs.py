@@ -149,7 +149,5 @@ def koboi_register_interceptors(register: Callable[..., None], config: AgentConf
 
 
 HOOK_NAMES: tuple[str, ...] = tuple(
-    name for name, value in dict(globals()).items()
-    if name.startswith("koboi_") and callable(value)
+    name for name, value in dict(globals()).items() if name.startswith("koboi_") and callable(value)
 )
-

@@ -76,9 +76,7 @@ class Interceptor:
         """Return a replacement request (e.g. a trimmed context) or None to keep it."""
         return None
 
-    async def after_model_call(
-        self, response: ModelResponse, run: RunInfo
-    ) -> ModelResponse | None:
+    async def after_model_call(self, response: ModelResponse, run: RunInfo) -> ModelResponse | None:
         """Return a replacement response or None to keep it."""
         return None
 

@@ -24,7 +24,9 @@ _TOKEN = re.compile(r"\$\$\{|\$\{(?P<body>[^}]*)\}|\$\{")
 _BODY = re.compile(rf"^(?P<name>{_NAME})(?::-?(?P<default>.*))?$", re.DOTALL)
 
 
-def interpolate_text(text: str, env: Mapping[str, str], path: str) -> tuple[str, list[ConfigProblem]]:
+def interpolate_text(
+    text: str, env: Mapping[str, str], path: str
+) -> tuple[str, list[ConfigProblem]]:
     """Interpolate one string. Returns the result and the problems found."""
     problems: list[ConfigProblem] = []
     out: list[str] = []
@@ -38,24 +40,32 @@ def interpolate_text(text: str, env: Mapping[str, str], path: str) -> tuple[str,
             continue
         body = match.group("body")
         if body is None:
-            problems.append(ConfigProblem(path, "unclosed '${' in value", "write '$${' for a literal '${'"))
+            problems.append(
+                ConfigProblem(path, "unclosed '${' in value", "write '$${' for a literal '${'")
+            )
             out.append(token)
             continue
         parsed = _BODY.match(body)
         if not parsed:
-            problems.append(ConfigProblem(
-                path, f"invalid variable reference '${{{body}}}'",
-                "use ${NAME} or ${NAME:default} with NAME made of letters, digits and '_'",
-            ))
+            problems.append(
+                ConfigProblem(
+                    path,
+                    f"invalid variable reference '${{{body}}}'",
+                    "use ${NAME} or ${NAME:default} with NAME made of letters, digits and '_'",
+                )
+            )
             continue
         name, default = parsed.group("name"), parsed.group("default")
         value = env.get(name)
         if value is None or (value == "" and default is not None):
             if default is None:
-                problems.append(ConfigProblem(
-                    path, f"environment variable {name} is not set",
-                    f"export {name}=..., add it to .env, or write ${{{name}:default}}",
-                ))
+                problems.append(
+                    ConfigProblem(
+                        path,
+                        f"environment variable {name} is not set",
+                        f"export {name}=..., add it to .env, or write ${{{name}:default}}",
+                    )
+                )
                 continue
             value = default
         out.append(value)
@@ -63,7 +73,9 @@ def interpolate_text(text: str, env: Mapping[str, str], path: str) -> tuple[str,
     return "".join(out), problems
 
 
-def interpolate(value: Any, env: Mapping[str, str], path: str = "") -> tuple[Any, list[ConfigProblem]]:
+def interpolate(
+    value: Any, env: Mapping[str, str], path: str = ""
+) -> tuple[Any, list[ConfigProblem]]:
     """Interpolate every string inside ``value`` (mappings and lists recursively)."""
     if isinstance(value, str):
         if "$" not in value:

@@ -11,6 +11,7 @@ the last thing yielded.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -100,10 +101,8 @@ class AgentRun:
         """Commit one event to the journal, then tell the observers."""
         (event,) = await self.parts.store.append(self.session_id, (NewEvent(type_, data),))
         for observer in self._observers:
-            try:
+            with contextlib.suppress(Exception):
                 await observer.on_event(event, self.info)
-            except Exception:  # noqa: BLE001 - an observer must never break the run
-                pass
         return event
 
     # -- the loop ----------------------------------------------------------------
@@ -112,9 +111,14 @@ class AgentRun:
         """Run the loop, yielding events; the last one is always a FinalEvent."""
         config = self.config
         await self.parts.store.set_status(self.session_id, "running")
-        await self.record(J.RUN_STARTED, {
-            "input": user_input, "agent": config.agent.name, "config_hash": config.config_hash,
-        })
+        await self.record(
+            J.RUN_STARTED,
+            {
+                "input": user_input,
+                "agent": config.agent.name,
+                "config_hash": config.config_hash,
+            },
+        )
         self.messages.append(Message.user(user_input))
         system = (Message.system(config.agent.system_prompt),) if config.agent.system_prompt else ()
         try:
@@ -123,7 +127,9 @@ class AgentRun:
                 self.step = self.info.step = step
                 request = ModelRequest.model_construct(
                     messages=[*system, *self.messages] if system else self.messages,
-                    tools=self._specs, options={}, response_format=None,
+                    tools=self._specs,
+                    options={},
+                    response_format=None,
                 )
                 for icp in self._before_model:
                     request = await icp.before_model_call(request, self.info) or request
@@ -149,9 +155,13 @@ class AgentRun:
                     return
                 for icp in self._after_model:
                     response = await icp.after_model_call(response, self.info) or response
-                finished = await self.record(J.MODEL_CALL_FINISHED, {
-                    "step": step, "response": response.model_dump(mode="json", exclude_defaults=True),
-                })
+                finished = await self.record(
+                    J.MODEL_CALL_FINISHED,
+                    {
+                        "step": step,
+                        "response": response.model_dump(mode="json", exclude_defaults=True),
+                    },
+                )
                 self.usage = self.usage + response.usage
                 message = response.message
                 self.messages.append(message)
@@ -170,7 +180,8 @@ class AgentRun:
                     self.messages.append(result_message)
                     yield event
             yield await self._finish(
-                "max_iterations", final_text,
+                "max_iterations",
+                final_text,
                 f"stopped after {config.agent.max_iterations} model calls without a final answer "
                 "(agent.max_iterations)",
             )
@@ -191,16 +202,31 @@ class AgentRun:
     async def _finish(self, outcome: Outcome, output: str, error: str | None = None) -> FinalEvent:
         self._finished = True
         usage = self.usage
-        event = await self.record(J.RUN_FINISHED, {
-            "outcome": outcome, "output": output, "steps": self.step, "error": error,
-            "usage": usage.model_dump(),
-        })
-        status = {"completed": "completed", "max_iterations": "completed", "failed": "failed",
-                  "cancelled": "interrupted"}[outcome]
+        event = await self.record(
+            J.RUN_FINISHED,
+            {
+                "outcome": outcome,
+                "output": output,
+                "steps": self.step,
+                "error": error,
+                "usage": usage.model_dump(),
+            },
+        )
+        status = {
+            "completed": "completed",
+            "max_iterations": "completed",
+            "failed": "failed",
+            "cancelled": "interrupted",
+        }[outcome]
         await self.parts.store.set_status(self.session_id, status)  # type: ignore[arg-type]
         result = RunResult(
-            session_id=self.session_id, outcome=outcome, output=output, usage=usage,
-            steps=self.step, messages=list(self.messages), error=error,
+            session_id=self.session_id,
+            outcome=outcome,
+            output=output,
+            usage=usage,
+            steps=self.step,
+            messages=list(self.messages),
+            error=error,
         )
         return FinalEvent(result, event.seq)
 
@@ -223,38 +249,62 @@ class AgentRun:
         """The documented pipeline of one call; see koboi.interceptors for the order."""
         decided = await self._decide(call, step)
         if isinstance(decided, _Refusal):
-            event = await self.record(J.TOOL_CALL_REFUSED, {
-                "step": step, "call_id": call.id, "name": call.name,
-                "stage": decided.stage, "reason": decided.reason,
-            })
+            event = await self.record(
+                J.TOOL_CALL_REFUSED,
+                {
+                    "step": step,
+                    "call_id": call.id,
+                    "name": call.name,
+                    "stage": decided.stage,
+                    "reason": decided.reason,
+                },
+            )
             return (
                 Message.tool_result(call, decided.reason, is_error=True),
-                ToolResultEvent(call.id, call.name, decided.reason, True, step, decided.stage,
-                                event.seq),
+                ToolResultEvent(
+                    call.id, call.name, decided.reason, True, step, decided.stage, event.seq
+                ),
             )
         pending = decided
         tool = pending.tool
         ctx = ToolContext(
-            session_id=self.session_id, call_id=call.id, step=step, sandbox=self.parts.sandbox,
-            workdir=getattr(self.parts.sandbox, "workdir", None), resources=self.parts.resources,
+            session_id=self.session_id,
+            call_id=call.id,
+            step=step,
+            sandbox=self.parts.sandbox,
+            workdir=getattr(self.parts.sandbox, "workdir", None),
+            resources=self.parts.resources,
         )
         # The "started" marker is committed as late as possible: after every decision,
         # immediately before the effect begins.
-        await self.record(J.TOOL_CALL_STARTED, {
-            "step": step, "call_id": call.id, "name": call.name,
-            "arguments": call.arguments, "idempotent": tool.idempotent,
-        })
+        await self.record(
+            J.TOOL_CALL_STARTED,
+            {
+                "step": step,
+                "call_id": call.id,
+                "name": call.name,
+                "arguments": call.arguments,
+                "idempotent": tool.idempotent,
+            },
+        )
         result = await self._invoke(pending, ctx)
         for icp in self._after_tool:
             result = await icp.after_tool_call(pending, result, self.info) or result
-        event = await self.record(J.TOOL_CALL_FINISHED, {
-            "step": step, "call_id": call.id, "name": call.name,
-            "content": result.content, "is_error": result.is_error,
-        })
+        event = await self.record(
+            J.TOOL_CALL_FINISHED,
+            {
+                "step": step,
+                "call_id": call.id,
+                "name": call.name,
+                "content": result.content,
+                "is_error": result.is_error,
+            },
+        )
         return (
             Message.tool_result(call, result.content, is_error=result.is_error),
-            ToolResultEvent(call.id, call.name, result.content, result.is_error, step, None,
-                            event.seq),
+            ToolResultEvent(
+                call.id, call.name, result.content, result.is_error, step, None, event.seq
+            ),
         )
 
     async def _decide(self, call: ToolCall, step: int) -> PendingToolCall | _Refusal:
@@ -302,24 +352,46 @@ class AgentRun:
         reasons = [v.reason for v in verdicts if v.action == "ask" and v.reason]
         reason = "; ".join(reasons) or f"tool risk is {tool.risk.value}"
         request = ApprovalRequest(
-            session_id=self.session_id, step=pending.step, call_id=call.id, tool_name=call.name,
-            arguments=call.arguments, risk=tool.risk, reason=reason,
+            session_id=self.session_id,
+            step=pending.step,
+            call_id=call.id,
+            tool_name=call.name,
+            arguments=call.arguments,
+            risk=tool.risk,
+            reason=reason,
             arguments_hash=arguments_hash(call.arguments),
         )
-        await self.record(J.APPROVAL_REQUESTED, {
-            "step": pending.step, "call_id": call.id, "name": call.name, "risk": tool.risk.value,
-            "arguments_hash": request.arguments_hash, "reason": reason,
-        })
+        await self.record(
+            J.APPROVAL_REQUESTED,
+            {
+                "step": pending.step,
+                "call_id": call.id,
+                "name": call.name,
+                "risk": tool.risk.value,
+                "arguments_hash": request.arguments_hash,
+                "reason": reason,
+            },
+        )
         try:
             decision = await self.parts.approver.decide(request)
         except Exception as exc:
-            approved, why, by = False, f"the approver failed: {_describe(exc)}", self.parts.approver.name
+            approved, why, by = (
+                False,
+                f"the approver failed: {_describe(exc)}",
+                self.parts.approver.name,
+            )
         else:
             approved, why, by = decision.approved, decision.reason, decision.decided_by
-        await self.record(J.APPROVAL_DECIDED, {
-            "step": pending.step, "call_id": call.id, "approved": approved, "reason": why,
-            "decided_by": by,
-        })
+        await self.record(
+            J.APPROVAL_DECIDED,
+            {
+                "step": pending.step,
+                "call_id": call.id,
+                "approved": approved,
+                "reason": why,
+                "decided_by": by,
+            },
+        )
         if approved:
             return None
         return _Refusal("approval", why or f"tool '{call.name}' was not approved")
@@ -334,7 +406,8 @@ class AgentRun:
         except TimeoutError:
             return ToolResult(
                 f"tool '{tool.name}' timed out after {self._tool_timeout:g} s "
-                "(tools.timeout_seconds)", is_error=True,
+                "(tools.timeout_seconds)",
+                is_error=True,
             )
         except ToolError as exc:
             return ToolResult(f"tool '{tool.name}' failed: {exc}", is_error=True)

@@ -41,7 +41,9 @@ class Message(_Frozen):
     role: Role
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
-    tool_call_id: str | None = Field(default=None, description="For role 'tool': the call answered.")
+    tool_call_id: str | None = Field(
+        default=None, description="For role 'tool': the call answered."
+    )
     name: str | None = Field(default=None, description="For role 'tool': the tool's name.")
     is_error: bool = Field(default=False, description="For role 'tool': the call failed.")
     provider_data: dict[str, Any] | None = Field(
@@ -62,9 +64,7 @@ class Message(_Frozen):
         return cls(role="assistant", content=content, tool_calls=tool_calls)
 
     @classmethod
-    def tool_result(
-        cls, call: ToolCall, content: str, *, is_error: bool = False
-    ) -> Message:
+    def tool_result(cls, call: ToolCall, content: str, *, is_error: bool = False) -> Message:
         return cls(
             role="tool", content=content, tool_call_id=call.id, name=call.name, is_error=is_error
         )

@@ -124,8 +124,11 @@ class PluginHost:
             from koboi import _builtin
 
             info = PluginInfo(
-                id=BUILTIN_ID, dist=KERNEL_DIST, version=__version__,
-                module=_builtin.__name__, builtin=True,
+                id=BUILTIN_ID,
+                dist=KERNEL_DIST,
+                version=__version__,
+                module=_builtin.__name__,
+                builtin=True,
             )
             self._register(info, _builtin)
 
@@ -163,8 +166,7 @@ class PluginHost:
                 if info.requires_core and not _compatible(info.requires_core):
                     info.status = "incompatible"
                     info.reason = (
-                        f"requires {KERNEL_DIST}{info.requires_core} but {__version__} "
-                        "is installed"
+                        f"requires {KERNEL_DIST}{info.requires_core} but {__version__} is installed"
                     )
             found[ep.name] = info
         return [found[name] for name in sorted(found)]
@@ -201,12 +203,16 @@ class PluginHost:
             info.load_seconds = time.perf_counter() - started
             self._register(info, target)
 
-    def add_plugin(self, plugin: object, name: str, *, dist: str = "", version: str = "") -> PluginInfo:
+    def add_plugin(
+        self, plugin: object, name: str, *, dist: str = "", version: str = ""
+    ) -> PluginInfo:
         """Register a plugin object directly (applications and tests)."""
         if name in self._infos:
             raise PluginError(f"a plugin named {name!r} is already registered")
         info = PluginInfo(
-            id=name, dist=dist or f"<{name}>", version=version or "0",
+            id=name,
+            dist=dist or f"<{name}>",
+            version=version or "0",
             module=getattr(plugin, "__name__", type(plugin).__name__),
         )
         self._catalog = None
@@ -216,9 +222,7 @@ class PluginHost:
     def _register(self, info: PluginInfo, plugin: object) -> None:
         self._infos[info.id] = info
         self._order.append(info.id)
-        unknown = sorted(
-            name for name in _marked_hooks(plugin) if name not in hookspecs.HOOK_NAMES
-        )
+        unknown = sorted(name for name in _marked_hooks(plugin) if name not in hookspecs.HOOK_NAMES)
         if unknown:
             self._fail(
                 info,
@@ -294,8 +298,10 @@ class PluginHost:
                         )
                     seen.add(key)
             except Exception as exc:
-                reason = _one_line(exc) if isinstance(exc, RegistrationError) else (
-                    f"registration failed: {_one_line(exc)}"
+                reason = (
+                    _one_line(exc)
+                    if isinstance(exc, RegistrationError)
+                    else (f"registration failed: {_one_line(exc)}")
                 )
                 self._fail(info, "failed", reason, exc)
                 continue
@@ -345,11 +351,19 @@ def _registrar(
 
     if hook == "koboi_register_config_sections":
 
-        def register_section(section: str, model: type[BaseModel], *, description: str = "") -> None:
+        def register_section(
+            section: str, model: type[BaseModel], *, description: str = ""
+        ) -> None:
             if not (isinstance(model, type) and issubclass(model, BaseModel)):
-                raise RegistrationError(f"config section {section!r}: model must be a BaseModel class")
-            staged.append((catalog.sections, Registration(
-                "config section", section, model, plugin, description=description)))
+                raise RegistrationError(
+                    f"config section {section!r}: model must be a BaseModel class"
+                )
+            staged.append(
+                (
+                    catalog.sections,
+                    Registration("config section", section, model, plugin, description=description),
+                )
+            )
 
         return register_section
 
@@ -374,8 +388,9 @@ def _registrar(
                 validate_tool_name(name)
             except ValueError as exc:
                 raise RegistrationError(str(exc)) from None
-            staged.append((catalog.tools, Registration(
-                "tool", name, target, plugin, description=description)))
+            staged.append(
+                (catalog.tools, Registration("tool", name, target, plugin, description=description))
+            )
 
         return register_tool
 
@@ -386,18 +401,25 @@ def _registrar(
                 raise RegistrationError(
                     f"command {name!r}: target must be an import path 'package.module:attribute'"
                 )
-            staged.append((catalog.commands, Registration(
-                "command", name, target, plugin, description=help)))
+            staged.append(
+                (catalog.commands, Registration("command", name, target, plugin, description=help))
+            )
 
         return register_command
 
     if hook == "koboi_register_stores":
 
-        def register_store(scheme: str, factory: Callable[..., Any], *, description: str = "") -> None:
+        def register_store(
+            scheme: str, factory: Callable[..., Any], *, description: str = ""
+        ) -> None:
             if not callable(factory):
                 raise RegistrationError(f"store {scheme!r}: factory must be callable")
-            staged.append((catalog.stores, Registration(
-                "store", scheme, factory, plugin, description=description)))
+            staged.append(
+                (
+                    catalog.stores,
+                    Registration("store", scheme, factory, plugin, description=description),
+                )
+            )
 
         return register_store
 
@@ -408,9 +430,19 @@ def _registrar(
     ) -> None:
         if not callable(factory):
             raise RegistrationError(f"{registry.kind} {name!r}: factory must be callable")
-        staged.append((registry, Registration(
-            registry.kind, name, factory, plugin, options=options_model(name, options),
-            description=description)))
+        staged.append(
+            (
+                registry,
+                Registration(
+                    registry.kind,
+                    name,
+                    factory,
+                    plugin,
+                    options=options_model(name, options),
+                    description=description,
+                ),
+            )
+        )
 
     return register_component
 
@@ -427,7 +459,7 @@ def _marked_hooks(plugin: object) -> Iterable[str]:
     for name in names:
         try:
             value = getattr(plugin, name)
-        except Exception:  # noqa: S112 - a broken attribute is not a hook
+        except Exception:
             continue
         if callable(value) and hasattr(value, "koboi_impl"):
             yield name

@@ -7,6 +7,7 @@ starts) under whatever isolation it enforces.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -97,7 +98,11 @@ class PassthroughSandbox(Sandbox):
         max_output: int = DEFAULT_OUTPUT_LIMIT,
     ) -> ProcessResult:
         return await run_capped_process(
-            argv, cwd=cwd or self.workdir, env=env, timeout=timeout, input=input,
+            argv,
+            cwd=cwd or self.workdir,
+            env=env,
+            timeout=timeout,
+            input=input,
             max_output=max_output,
         )
 
@@ -157,10 +162,8 @@ async def run_capped_process(
 
 
 def _kill_group(process: Process) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class _CappedBuffer:

@@ -147,8 +147,13 @@ class InMemoryStore(Store):
             raise StoreError(f"session {sid!r} already exists")
         now = time.time()
         info = SessionInfo(
-            id=sid, status="created", created_at=now, updated_at=now,
-            config_name=config_name, config_hash=config_hash, owner=owner,
+            id=sid,
+            status="created",
+            created_at=now,
+            updated_at=now,
+            config_name=config_name,
+            config_hash=config_hash,
+            owner=owner,
             metadata=dict(metadata or {}),
         )
         self._sessions[sid] = info
@@ -165,7 +170,8 @@ class InMemoryStore(Store):
         self, *, limit: int = 50, status: SessionStatus | None = None, owner: str | None = None
     ) -> list[SessionInfo]:
         found = [
-            s for s in self._sessions.values()
+            s
+            for s in self._sessions.values()
             if (status is None or s.status == status) and (owner is None or s.owner == owner)
         ]
         found.sort(key=lambda s: (s.updated_at, s.created_at), reverse=True)
@@ -174,8 +180,13 @@ class InMemoryStore(Store):
     async def set_status(self, session_id: str, status: SessionStatus) -> SessionInfo:
         info = await self.get_session(session_id)
         updated = SessionInfo(
-            id=info.id, status=status, created_at=info.created_at, updated_at=time.time(),
-            config_name=info.config_name, config_hash=info.config_hash, owner=info.owner,
+            id=info.id,
+            status=status,
+            created_at=info.created_at,
+            updated_at=time.time(),
+            config_name=info.config_name,
+            config_hash=info.config_hash,
+            owner=info.owner,
             metadata=info.metadata,
         )
         self._sessions[session_id] = updated
@@ -201,4 +212,4 @@ class InMemoryStore(Store):
         if log is None:
             raise SessionNotFound(f"no session {session_id!r} in this store")
         end = len(log) if limit is None else min(len(log), after + limit)
-        return log[max(after, 0):end]
+        return log[max(after, 0) : end]

@@ -14,7 +14,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast, get_type_hints, overload
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 _NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_.-]{0,63}$")
 
 
-class Risk(str, Enum):
+class Risk(StrEnum):
     """How much harm a tool call can do. Governance uses it to decide approvals."""
 
     SAFE = "safe"
@@ -115,9 +115,7 @@ class Tool(ABC):
         if self._spec is None:
             schema = self.args_model.model_json_schema()
             schema.pop("title", None)
-            self._spec = ToolSpec(
-                name=self.name, description=self.description, parameters=schema
-            )
+            self._spec = ToolSpec(name=self.name, description=self.description, parameters=schema)
         return self._spec
 
     def parse_arguments(self, arguments: Mapping[str, Any]) -> BaseModel:
@@ -199,9 +197,7 @@ class FunctionTool(Tool):
         self._context_param: str | None = None
         self.args_model = self._build_model(func, param_docs)
 
-    def _build_model(
-        self, func: Callable[..., Any], param_docs: dict[str, str]
-    ) -> type[BaseModel]:
+    def _build_model(self, func: Callable[..., Any], param_docs: dict[str, str]) -> type[BaseModel]:
         hints = get_type_hints(func, include_extras=True)
         fields: dict[str, Any] = {}
         for pname, param in inspect.signature(func).parameters.items():
@@ -215,9 +211,7 @@ class FunctionTool(Tool):
             doc = param_docs.get(pname)
             fields[pname] = (annotation, Field(default, description=doc) if doc else default)
         model_name = "".join(p.capitalize() for p in re.split(r"[_.-]", self.name)) + "Args"
-        return create_model(
-            model_name, __config__=ConfigDict(extra="forbid"), **fields
-        )
+        return create_model(model_name, __config__=ConfigDict(extra="forbid"), **fields)
 
     async def invoke(self, args: BaseModel, ctx: ToolContext) -> Any:
         kwargs = {k: getattr(args, k) for k in type(args).model_fields}

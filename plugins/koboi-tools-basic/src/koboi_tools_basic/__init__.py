@@ -1,0 +1,1 @@
+"""Basic koboi tools: ``calculator`` (safe arithmetic) and ``current_time``."""
