@@ -194,7 +194,7 @@ def test_yaml_problems(tmp_path: Path, host: PluginHost, text: str, expected: st
 
 
 def test_missing_file(tmp_path: Path, host: PluginHost) -> None:
-    with pytest.raises(ConfigError, match=r"nope\.yaml: <root>: file not found"):
+    with pytest.raises(ConfigError, match=r"nope\.yaml: file not found"):
         load_config(tmp_path / "nope.yaml", host.catalog())
 
 

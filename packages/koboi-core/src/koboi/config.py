@@ -218,9 +218,9 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
 
 def read_with_extends(path: Path, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
     """Read ``path`` and the files it ``extends`` (relative to it), merged base-first."""
-    path = path.resolve()
-    if path in _chain:
-        cycle = " -> ".join(str(p) for p in (*_chain, path))
+    resolved = path.resolve()
+    if resolved in _chain:
+        cycle = " -> ".join(str(p) for p in (*_chain, resolved))
         raise ConfigError([ConfigProblem("extends", f"extends cycle: {cycle}")], str(_chain[0]))
     data = read_yaml(path)
     parents = data.pop("extends", None)
@@ -234,7 +234,7 @@ def read_with_extends(path: Path, _chain: tuple[Path, ...] = ()) -> dict[str, An
         )
     merged: dict[str, Any] = {}
     for parent in parents:
-        merged = deep_merge(merged, read_with_extends(path.parent / parent, (*_chain, path)))
+        merged = deep_merge(merged, read_with_extends(path.parent / parent, (*_chain, resolved)))
     return deep_merge(merged, data)
 
 

@@ -29,8 +29,8 @@ class ConfigProblem:
 
     def render(self, source: str | None = None) -> str:
         where = f"{source}: " if source else ""
-        key = self.path or "<root>"
-        text = f"{where}{key}: {self.message}"
+        key = f"{self.path}: " if self.path else ""
+        text = f"{where}{key}{self.message}"
         if self.hint:
             text += f" ({self.hint})"
         return text

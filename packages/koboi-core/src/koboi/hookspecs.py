@@ -120,7 +120,8 @@ def koboi_register_commands(register: Callable[..., None]) -> None:
 
     :param register: ``register(name, target, *, help="")`` where ``target`` is
         an import path ``"package.module:attribute"`` naming a ``typer.Typer``
-        app, a click command, or a plain function typer can wrap. The target is
+        app (recommended), a click command object, or a plain typed function
+        that typer can wrap. The target is
         imported only when the command is invoked, so ``koboi --help`` stays fast.
 
     Called once per plugin host. Sync only.

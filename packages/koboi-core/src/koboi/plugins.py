@@ -500,8 +500,9 @@ def default_host() -> PluginHost:
     """The process-wide plugin host used by the CLI and ``KoboiAgent`` by default."""
     global _default_host
     if _default_host is None:
-        _default_host = PluginHost()
-        _default_host.load()
+        host = PluginHost()
+        host.load()  # in strict mode this may raise: then nothing half-loaded is kept
+        _default_host = host
     return _default_host
 
 

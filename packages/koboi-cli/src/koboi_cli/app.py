@@ -1,0 +1,157 @@
+"""The ``koboi`` command.
+
+Importing this module must stay cheap (``koboi --help`` runs it): only typer
+and koboi-cli's own small modules are imported here. The kernel, the agent
+loop and the plugins are imported inside the commands that use them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from koboi_cli.errors import DEBUG_KEY, debug_from_env
+from koboi_cli.group import KoboiGroup
+from koboi_cli.style import write
+
+app = typer.Typer(
+    name="koboi",
+    cls=KoboiGroup,
+    help="koboi: AI agents you can leave running unattended.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    # Plain help: typer's rich help formatting imports rich and markdown-it, which
+    # costs more than everything else `koboi --help` does.
+    rich_markup_mode=None,
+)
+plugins_app = typer.Typer(
+    help="List and inspect the installed plugins.", no_args_is_help=True, rich_markup_mode=None
+)
+config_app = typer.Typer(help="Config file tools.", no_args_is_help=True, rich_markup_mode=None)
+app.add_typer(plugins_app, name="plugins")
+app.add_typer(config_app, name="config")
+
+ConfigArg = Annotated[
+    Path, typer.Argument(metavar="CONFIG", help="The agent's YAML config file.", show_default=False)
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+
+
+def _set_debug(ctx: typer.Context, debug: bool) -> None:
+    if debug or debug_from_env():
+        ctx.meta[DEBUG_KEY] = True
+
+
+def _print_version(value: bool) -> None:
+    if not value:
+        return
+    from koboi_cli.cmd_plugins import version_text
+
+    write(sys.stdout, version_text())
+    raise typer.Exit()
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    debug: Annotated[
+        bool,
+        typer.Option("--debug", help="Show tracebacks of errors (also KOBOI_DEBUG=1)."),
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Show the kernel, CLI and plugin versions and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """koboi: AI agents you can leave running unattended."""
+    _set_debug(ctx, debug)
+
+
+@app.command()
+def run(
+    ctx: typer.Context,
+    config: ConfigArg,
+    message: Annotated[
+        str, typer.Option("--message", "-m", help="The user message to run.", show_default=False)
+    ],
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print only one JSON object with the result, at the end."),
+    ] = False,
+    session: Annotated[
+        str | None,
+        typer.Option("--session", help="Continue (or create) the session with this id."),
+    ] = None,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of errors.")] = False,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes", "-y", help="Approve every tool call that needs approval, without asking."
+        ),
+    ] = False,
+) -> None:
+    """Run an agent on one message and stream what it does.
+
+    Tool calls that need approval are asked about at a terminal, denied when
+    there is no terminal, and all approved with --yes. Exit code 0 when the run
+    completed, 1 otherwise.
+    """
+    _set_debug(ctx, debug)
+    from koboi_cli.cmd_run import run as run_agent
+
+    code = run_agent(config, message, as_json=as_json, session_id=session, assume_yes=yes)
+    raise typer.Exit(code)
+
+
+@app.command()
+def validate(config: ConfigArg) -> None:
+    """Check a config file; list every problem found."""
+    from koboi_cli.cmd_config import validate as validate_config
+
+    validate_config(config)
+
+
+@plugins_app.command("list")
+def plugins_list(as_json: JsonOpt = False) -> None:
+    """Every plugin found: id, distribution, version, status and why."""
+    from koboi_cli.cmd_plugins import list_plugins
+
+    list_plugins(as_json=as_json)
+
+
+@plugins_app.command("inspect")
+def plugins_inspect(
+    plugin_id: Annotated[str, typer.Argument(metavar="ID", help="The plugin id.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """One plugin in detail: status, hooks, load time and what it registered."""
+    from koboi_cli.cmd_plugins import inspect_plugin
+
+    inspect_plugin(plugin_id, as_json=as_json)
+
+
+@config_app.command("schema")
+def config_schema(
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write the schema to this file instead of stdout."),
+    ] = None,
+) -> None:
+    """The JSON schema of a config file, for the kernel and every installed plugin."""
+    from koboi_cli.cmd_config import schema
+
+    schema(output)
+
+
+def main() -> None:
+    """Entry point of the ``koboi`` script."""
+    app(prog_name="koboi")

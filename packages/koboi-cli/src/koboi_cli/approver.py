@@ -1,0 +1,103 @@
+"""Approvers the CLI hands the agent: ask at the terminal, or approve all (``--yes``)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TextIO
+
+import anyio
+import anyio.to_thread
+
+from koboi.approval import ApprovalDecision, ApprovalRequest, Approver, canonical_arguments
+from koboi_cli.style import Style, warn, write
+
+ANSWERS = "[y]es / [n]o / [a]lways for this tool"
+
+
+class TerminalApprover(Approver):
+    """Asks the person at the terminal about each call that needs approval.
+
+    Shows the tool, its risk, why approval is needed and the exact canonical
+    arguments that will run. ``y`` approves this call, ``n`` (or an empty
+    answer, or end of input) denies it, ``a`` approves it and every later call
+    of the same tool in this process. Prompts are serialized, so parallel tool
+    calls never interleave their questions.
+
+    :param read_line: returns one line of input (blocking; run in a worker
+        thread); default reads ``sys.stdin``.
+    :param out: where the questions are written; default ``sys.stderr``, which
+        keeps stdout for the answer (and for ``--json``).
+    """
+
+    name = "terminal"
+
+    def __init__(
+        self, *, read_line: Callable[[], str] | None = None, out: TextIO | None = None
+    ) -> None:
+        self._read_line = read_line or sys.stdin.readline
+        self._out = out if out is not None else sys.stderr
+        self._lock = anyio.Lock()
+        self._always: set[str] = set()
+
+    async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
+        async with self._lock:
+            if request.tool_name in self._always:
+                return ApprovalDecision(
+                    approved=True,
+                    reason=f"'{request.tool_name}' was approved for this session at the terminal",
+                    scope="always",
+                    decided_by=self.name,
+                )
+            self._show(request)
+            while True:
+                write(self._out, f"approve? {ANSWERS}: ")
+                line = await anyio.to_thread.run_sync(self._read_line)
+                if not line:  # end of input: nobody can answer
+                    write(self._out, "\n")
+                    return self._deny(request, "no answer (end of input)")
+                answer = line.strip().lower()
+                if answer in ("y", "yes"):
+                    return ApprovalDecision(
+                        approved=True, reason="approved at the terminal", decided_by=self.name
+                    )
+                if answer in ("a", "always"):
+                    self._always.add(request.tool_name)
+                    return ApprovalDecision(
+                        approved=True,
+                        reason="approved at the terminal (always, for this tool)",
+                        scope="always",
+                        decided_by=self.name,
+                    )
+                if answer in ("", "n", "no"):
+                    return self._deny(request, "denied at the terminal")
+                write(self._out, f"please answer y, n or a (got {line.strip()!r})\n")
+
+    def _show(self, request: ApprovalRequest) -> None:
+        style = Style(self._out)
+        write(
+            self._out,
+            f"{style.yellow(style.bold('approval needed:'))} {style.bold(request.tool_name)} "
+            f"(risk: {request.risk.value}) - {request.reason}\n"
+            f"  arguments: {canonical_arguments(request.arguments)}\n",
+        )
+
+    def _deny(self, request: ApprovalRequest, why: str) -> ApprovalDecision:
+        return ApprovalDecision(
+            approved=False,
+            reason=f"the user did not approve '{request.tool_name}': {why}",
+            decided_by=self.name,
+        )
+
+
+class AssumeYesApprover(Approver):
+    """``--yes``: approves every call, and says so on stderr each time."""
+
+    name = "assume-yes"
+
+    async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
+        warn(
+            f"approved {request.tool_name} ({request.risk.value}) without asking (--yes): "
+            f"{canonical_arguments(request.arguments)}"
+        )
+        return ApprovalDecision(approved=True, reason="approved by --yes", decided_by=self.name)

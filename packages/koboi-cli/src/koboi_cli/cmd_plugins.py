@@ -1,0 +1,177 @@
+"""``koboi plugins list`` / ``inspect`` and ``koboi --version``.
+
+These always use a tolerant host (a broken plugin is listed with its reason,
+whatever ``KOBOI_STRICT_PLUGINS`` says): they are how a user finds out what is
+broken, so they must never fail because something is.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from koboi_cli import __version__, host
+from koboi_cli.errors import CliError
+from koboi_cli.style import Style, table, write
+
+if TYPE_CHECKING:
+    from koboi.plugins import PluginHost, PluginInfo
+    from koboi.registry import Registration
+
+
+def tolerant_host() -> PluginHost:
+    """A loaded host whose catalog has been collected (registration failures show too)."""
+    plugin_host = host.get_host(tolerant=True)
+    plugin_host.catalog()
+    return plugin_host
+
+
+def info_json(info: PluginInfo) -> dict[str, Any]:
+    return {
+        "id": info.id,
+        "dist": info.dist,
+        "version": info.version,
+        "builtin": info.builtin,
+        "status": info.status,
+        "reason": info.reason,
+    }
+
+
+def list_plugins(*, as_json: bool) -> None:
+    plugins = tolerant_host().plugins
+    if as_json:
+        write(sys.stdout, json.dumps([info_json(p) for p in plugins], indent=2) + "\n")
+        return
+    style = Style(sys.stdout)
+    rows = [
+        [
+            p.id,
+            f"{p.dist} (built-in)" if p.builtin else p.dist,
+            p.version,
+            p.status,
+            p.reason or "-",
+        ]
+        for p in plugins
+    ]
+    header = ["ID", "DISTRIBUTION", "VERSION", "STATUS", "REASON"]
+    write(sys.stdout, table(header, rows, style, {3: style.status}))
+
+
+def _entry(entry: Registration[Any], **extra: Any) -> dict[str, Any]:
+    return {"name": entry.name, "description": entry.description, **extra}
+
+
+def _tool_details(target: Any) -> dict[str, Any]:
+    from koboi.tools import Tool
+
+    if isinstance(target, Tool):
+        return {"risk": target.risk.value, "idempotent": target.idempotent, "factory": False}
+    # Built per agent by a factory: risk and idempotency are known only once it is called.
+    return {"risk": None, "idempotent": None, "factory": True}
+
+
+def registrations(plugin_host: PluginHost, plugin_id: str) -> dict[str, list[dict[str, Any]]]:
+    """What one plugin registered, by kind, as JSON-able data."""
+    catalog = plugin_host.catalog()
+    return {
+        "sections": [
+            _entry(e, schema=e.target.model_json_schema())
+            for e in catalog.sections.by_plugin(plugin_id)
+        ],
+        "providers": [
+            _entry(e, options=e.options.model_json_schema() if e.options else None)
+            for e in catalog.providers.by_plugin(plugin_id)
+        ],
+        "tools": [_entry(e, **_tool_details(e.target)) for e in catalog.tools.by_plugin(plugin_id)],
+        "sandboxes": [
+            _entry(e, options=e.options.model_json_schema() if e.options else None)
+            for e in catalog.sandboxes.by_plugin(plugin_id)
+        ],
+        "stores": [_entry(e) for e in catalog.stores.by_plugin(plugin_id)],
+        "commands": [_entry(e, target=e.target) for e in catalog.commands.by_plugin(plugin_id)],
+    }
+
+
+def inspect_plugin(plugin_id: str, *, as_json: bool) -> None:
+    plugin_host = tolerant_host()
+    info = plugin_host.get(plugin_id)
+    if info is None:
+        known = ", ".join(p.id for p in plugin_host.plugins) or "none"
+        raise CliError(f"unknown plugin {plugin_id!r}; known plugins: {known}")
+    registered = registrations(plugin_host, plugin_id)
+    details = {
+        **info_json(info),
+        "module": info.module,
+        "requires_core": info.requires_core,
+        "hooks": list(info.hooks),
+        "load_seconds": round(info.load_seconds, 6),
+        "registered": registered,
+    }
+    if as_json:
+        write(sys.stdout, json.dumps(details, indent=2) + "\n")
+        return
+    write(sys.stdout, render_inspection(info, registered, Style(sys.stdout)))
+
+
+def render_inspection(
+    info: PluginInfo, registered: dict[str, list[dict[str, Any]]], style: Style
+) -> str:
+    lines = [
+        f"{style.bold(info.id)}{' (built-in)' if info.builtin else ''}",
+        f"  status:        {style.status(info.status)}",
+    ]
+    if info.reason:
+        lines.append(f"  reason:        {info.reason}")
+    lines += [
+        f"  distribution:  {info.dist} {info.version}",
+        f"  module:        {info.module}",
+        f"  koboi-core:    {info.requires_core or 'any (not declared)'}",
+        f"  hooks:         {', '.join(info.hooks) or 'none'}",
+        f"  load time:     {info.load_seconds * 1000:.1f} ms",
+    ]
+    if not any(registered.values()):
+        lines.append("  registered:    nothing")
+    for kind, entries in registered.items():
+        if not entries:
+            continue
+        lines.append(f"  {kind}:")
+        for entry in entries:
+            lines.append(f"    {style.bold(entry['name'])}{_suffix(kind, entry)}")
+    return "\n".join(lines) + "\n"
+
+
+def _suffix(kind: str, entry: dict[str, Any]) -> str:
+    parts: list[str] = []
+    if kind == "tools":
+        if entry["factory"]:
+            parts.append("built per agent")
+        else:
+            parts.append(f"risk {entry['risk']}")
+            parts.append("idempotent" if entry["idempotent"] else "not idempotent")
+    if kind == "commands":
+        parts.append(entry["target"])
+    text = f" [{', '.join(parts)}]" if parts else ""
+    description = " ".join(str(entry.get("description") or "").split())
+    if description:
+        cut = description if len(description) <= 90 else description[:89].rstrip() + "…"
+        text += f" - {cut}"
+    return text
+
+
+def version_text() -> str:
+    from koboi import __version__ as core_version
+
+    lines = [f"koboi-core {core_version}", f"koboi-cli {__version__}"]
+    try:
+        plugins = tolerant_host().plugins
+    except Exception as exc:  # --version must answer even if plugin discovery breaks
+        lines.append(f"plugins: unavailable ({type(exc).__name__}: {exc})")
+        return "\n".join(lines) + "\n"
+    rows = [
+        [p.id, p.dist, p.version, f"{p.status}{' (built-in)' if p.builtin else ''}"]
+        for p in plugins
+    ]
+    plain = Style(sys.stdout, color=False)
+    listing = table(["PLUGIN", "DISTRIBUTION", "VERSION", "STATUS"], rows, plain)
+    return "\n".join(lines) + "\n" + listing

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from koboi.plugins import PluginHost, reset_default_host
+
+WriteConfig = Callable[[str], Path]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Strict plugins (as in CI), no colour settings or debug from the caller's shell."""
+    monkeypatch.setenv("KOBOI_STRICT_PLUGINS", "1")
+    for name in ("KOBOI_DEBUG", "NO_COLOR", "KOBOI_LOAD_PLUGINS", "KOBOI_DISABLE_PLUGINS"):
+        monkeypatch.delenv(name, raising=False)
+    reset_default_host()
+    yield
+    reset_default_host()
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture
+def write_config(tmp_path: Path) -> WriteConfig:
+    """Write a YAML config (dedented) into ``tmp_path`` and return its path."""
+    counter = iter(range(1000))
+
+    def write(text: str) -> Path:
+        path = tmp_path / f"config{next(counter)}.yaml"
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+        return path
+
+    return write
+
+
+@pytest.fixture
+def use_host(monkeypatch: pytest.MonkeyPatch) -> Callable[[PluginHost], PluginHost]:
+    """Make every CLI command use ``host`` (through ``koboi_cli.host.get_host``)."""
+
+    def install(host: PluginHost) -> PluginHost:
+        monkeypatch.setattr("koboi_cli.host.get_host", lambda **_: host)
+        return host
+
+    return install
