@@ -1,0 +1,6 @@
+"""koboi test fixtures and contract suites.
+
+The fixtures come from the pytest plugin (:mod:`koboi_testing.pytest_plugin`),
+loaded automatically once this package is installed; the suites are in
+:mod:`koboi_testing.contracts`.
+"""

@@ -1,0 +1,375 @@
+"""Contract suite for :class:`koboi.store.Store` implementations."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from koboi.errors import SessionNotFound, StoreError
+from koboi.store import JournalEvent, NewEvent, SessionInfo, Store
+
+# A pause long enough for any store's clock to tell two writes apart.
+_TICK = 0.02
+
+# No NUL: PostgreSQL's jsonb (and others) cannot store it, and no agent needs it.
+_text = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=20)
+_keys = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=8)
+_json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**53), max_value=2**53)
+    | st.floats(allow_nan=False, allow_infinity=False, width=64)
+    | _text
+)
+_json_values = st.recursive(
+    _json_scalars,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(_keys, children, max_size=4),
+    max_leaves=10,
+)
+_events = st.builds(
+    NewEvent,
+    type=st.sampled_from(["user", "model_response", "tool_result", "note.ü"]),
+    data=st.dictionaries(_keys, _json_values, max_size=4),
+)
+# An operation of the property test: append a batch to one of two sessions, or
+# read one of them with random bounds.
+_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(0, 1), st.lists(_events, max_size=4)),
+        st.tuples(
+            st.just("read"),
+            st.integers(0, 1),
+            st.integers(min_value=0, max_value=12),
+            st.none() | st.integers(min_value=0, max_value=12),
+        ),
+    ),
+    max_size=12,
+)
+
+
+def _unique(prefix: str) -> str:
+    """A fresh id, so the suite can share a store (database) with other tests."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+class StoreContract:
+    """Behaviour every :class:`~koboi.store.Store` must show.
+
+    **Required fixture** ``store``: an *opened* store (sync or async fixture;
+    ``async with MyStore(...) as s: yield s``). The suite only creates sessions
+    with fresh random ids and filters listings by fresh owners, so the store
+    may be shared with other tests (e.g. one database for the whole run) and
+    need not be empty.
+
+    Timestamps: the suite sleeps 20 ms between writes whose order it checks, so
+    a store must record ``updated_at`` with at least that resolution.
+    """
+
+    # -- sessions ----------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_create_and_get_session(self, store: Store) -> None:
+        sid = _unique("create")
+        before = time.time()
+        created = await store.create_session(
+            sid,
+            config_name="assistant.yaml",
+            config_hash="abc123",
+            owner="alice",
+            metadata={"title": "Café ☕", "tags": ["a", "b"], "nested": {"n": 1}},
+        )
+        assert isinstance(created, SessionInfo)
+        assert created.id == sid
+        assert created.status == "created"
+        assert created.config_name == "assistant.yaml"
+        assert created.config_hash == "abc123"
+        assert created.owner == "alice"
+        assert dict(created.metadata) == {
+            "title": "Café ☕",
+            "tags": ["a", "b"],
+            "nested": {"n": 1},
+        }
+        assert before - 300 <= created.created_at <= time.time() + 300
+        assert created.updated_at >= created.created_at
+
+        fetched = await store.get_session(sid)
+        assert fetched.id == sid
+        assert fetched.status == created.status
+        assert fetched.owner == "alice"
+        assert fetched.config_name == created.config_name
+        assert fetched.config_hash == created.config_hash
+        assert dict(fetched.metadata) == dict(created.metadata)
+        assert fetched.created_at == pytest.approx(created.created_at, abs=1e-3)
+
+    @pytest.mark.anyio
+    async def test_create_session_defaults(self, store: Store) -> None:
+        created = await store.create_session(_unique("defaults"))
+        assert created.owner is None
+        assert created.config_name == ""
+        assert dict(created.metadata) == {}
+        assert (await store.read(created.id)) == []
+
+    @pytest.mark.anyio
+    async def test_create_session_without_id_generates_a_fresh_one(self, store: Store) -> None:
+        first = await store.create_session()
+        second = await store.create_session()
+        assert isinstance(first.id, str)
+        assert first.id
+        assert first.id != second.id
+        assert (await store.get_session(first.id)).id == first.id
+
+    @pytest.mark.anyio
+    async def test_duplicate_session_id_is_refused(self, store: Store) -> None:
+        sid = _unique("dup")
+        await store.create_session(sid, owner="first")
+        with pytest.raises(StoreError):
+            await store.create_session(sid, owner="second")
+        assert (await store.get_session(sid)).owner == "first", "the original must be kept"
+
+    @pytest.mark.anyio
+    async def test_missing_session_raises_session_not_found(self, store: Store) -> None:
+        missing = _unique("missing")
+        with pytest.raises(SessionNotFound):
+            await store.get_session(missing)
+        with pytest.raises(SessionNotFound):
+            await store.read(missing)
+        with pytest.raises(SessionNotFound):
+            await store.append(missing, [NewEvent("note")])
+        with pytest.raises(SessionNotFound):
+            await store.set_status(missing, "running")
+
+    @pytest.mark.anyio
+    async def test_set_status_changes_status_and_updated_at(self, store: Store) -> None:
+        created = await store.create_session(_unique("status"))
+        await anyio.sleep(_TICK)
+        updated = await store.set_status(created.id, "running")
+        assert updated.status == "running"
+        assert updated.updated_at > created.updated_at
+        assert updated.created_at == pytest.approx(created.created_at, abs=1e-3)
+        fetched = await store.get_session(created.id)
+        assert fetched.status == "running"
+        assert fetched.updated_at == pytest.approx(updated.updated_at, abs=1e-3)
+        final = await store.set_status(created.id, "completed")
+        assert final.status == "completed"
+        assert (await store.get_session(created.id)).status == "completed"
+
+    @pytest.mark.anyio
+    async def test_list_sessions_newest_updated_first(self, store: Store) -> None:
+        owner = _unique("owner")
+        ids = []
+        for name in ("a", "b", "c"):
+            ids.append((await store.create_session(_unique(name), owner=owner)).id)
+            await anyio.sleep(_TICK)
+        a, b, c = ids
+        assert [s.id for s in await store.list_sessions(owner=owner)] == [c, b, a]
+        await store.set_status(a, "running")
+        assert [s.id for s in await store.list_sessions(owner=owner)] == [a, c, b]
+        everyone = [s.id for s in await store.list_sessions(limit=10_000)]
+        assert [x for x in everyone if x in ids] == [a, c, b]
+
+    @pytest.mark.anyio
+    async def test_list_sessions_filters_and_limits(self, store: Store) -> None:
+        owner, other = _unique("owner"), _unique("other")
+        mine = []
+        for _ in range(3):
+            mine.append((await store.create_session(_unique("mine"), owner=owner)).id)
+            await anyio.sleep(_TICK)
+        theirs = (await store.create_session(_unique("theirs"), owner=other)).id
+        await store.set_status(mine[0], "completed")
+
+        listed = await store.list_sessions(owner=owner)
+        assert {s.id for s in listed} == set(mine)
+        assert all(s.owner == owner for s in listed)
+        assert [s.id for s in await store.list_sessions(owner=other)] == [theirs]
+
+        done = await store.list_sessions(owner=owner, status="completed")
+        assert [s.id for s in done] == [mine[0]]
+        assert all(s.status == "completed" for s in done)
+        assert [s.id for s in await store.list_sessions(owner=owner, status="created")] == [
+            mine[2],
+            mine[1],
+        ]
+        assert await store.list_sessions(owner=owner, status="failed") == []
+
+        limited = await store.list_sessions(owner=owner, limit=2)
+        assert [s.id for s in limited] == [mine[0], mine[2]]
+        assert len(await store.list_sessions(limit=1)) == 1
+
+    # -- journal -------------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_append_numbers_events_contiguously_from_one(self, store: Store) -> None:
+        sid = (await store.create_session(_unique("seq"))).id
+        first = await store.append(sid, [NewEvent("a"), NewEvent("b"), NewEvent("c")])
+        second = await store.append(sid, [NewEvent("d")])
+        third = await store.append(sid, [NewEvent("e"), NewEvent("f")])
+        for batch in (first, second, third):
+            assert all(isinstance(e, JournalEvent) for e in batch)
+            assert all(e.session_id == sid for e in batch)
+        assert [e.seq for e in first] == [1, 2, 3]
+        assert [e.seq for e in second] == [4]
+        assert [e.seq for e in third] == [5, 6]
+        assert [e.type for e in first + second + third] == list("abcdef")
+
+    @pytest.mark.anyio
+    async def test_append_nothing_uses_no_sequence_number(self, store: Store) -> None:
+        sid = (await store.create_session(_unique("empty"))).id
+        assert await store.append(sid, []) == []
+        assert [e.seq for e in await store.append(sid, [NewEvent("x")])] == [1]
+
+    @pytest.mark.anyio
+    async def test_sessions_have_separate_journals(self, store: Store) -> None:
+        one = (await store.create_session(_unique("one"))).id
+        two = (await store.create_session(_unique("two"))).id
+        await store.append(one, [NewEvent("one.a"), NewEvent("one.b")])
+        appended = await store.append(two, [NewEvent("two.a")])
+        assert [e.seq for e in appended] == [1]
+        assert [e.type for e in await store.read(one)] == ["one.a", "one.b"]
+        assert [(e.session_id, e.type) for e in await store.read(two)] == [(two, "two.a")]
+
+    @pytest.mark.anyio
+    async def test_read_after_and_limit(self, store: Store) -> None:
+        sid = (await store.create_session(_unique("read"))).id
+        await store.append(sid, [NewEvent(f"e{i}", {"i": i}) for i in range(1, 6)])
+        assert [e.seq for e in await store.read(sid)] == [1, 2, 3, 4, 5]
+        assert [e.seq for e in await store.read(sid, after=2)] == [3, 4, 5]
+        assert [e.seq for e in await store.read(sid, limit=2)] == [1, 2]
+        assert [e.seq for e in await store.read(sid, after=1, limit=3)] == [2, 3, 4]
+        assert [e.seq for e in await store.read(sid, after=4, limit=10)] == [5]
+        assert await store.read(sid, after=5) == []
+        assert await store.read(sid, after=99) == []
+        assert await store.read(sid, limit=0) == []
+        assert [(e.type, dict(e.data)) for e in await store.read(sid, after=3)] == [
+            ("e4", {"i": 4}),
+            ("e5", {"i": 5}),
+        ]
+
+    @pytest.mark.anyio
+    async def test_event_data_round_trips(self, store: Store) -> None:
+        sid = (await store.create_session(_unique("data"))).id
+        data: dict[str, Any] = {
+            "text": 'naïve café — 日本語 🐍 "quoted" \\ back\nslash',
+            "int": 2**53,
+            "negative": -7,
+            "float": 0.1,
+            "bool": True,
+            "null": None,
+            "list": [1, "two", [3, {"four": 4}], []],
+            "nested": {"deeper": {"deepest": {"k": "v"}}, "empty": {}},
+            "ключ": "значение",
+        }
+        [appended] = await store.append(sid, [NewEvent("data", data)])
+        [read] = await store.read(sid)
+        assert read.type == "data"
+        assert read.data == data
+        assert appended.data == data
+
+    @pytest.mark.anyio
+    async def test_event_timestamps(self, store: Store) -> None:
+        sid = (await store.create_session(_unique("at"))).id
+        before = time.time()
+        await store.append(sid, [NewEvent("a")])
+        await anyio.sleep(_TICK)
+        await store.append(sid, [NewEvent("b")])
+        events = await store.read(sid)
+        assert all(isinstance(e.at, float) for e in events)
+        assert events[0].at <= events[1].at
+        assert before - 300 <= events[0].at <= time.time() + 300
+
+    @pytest.mark.anyio
+    async def test_appended_data_is_a_snapshot(self, store: Store) -> None:
+        # Callers reuse and mutate dicts; the journal must keep what was appended.
+        sid = (await store.create_session(_unique("snapshot"))).id
+        data: dict[str, Any] = {"items": [1], "meta": {"k": "before"}}
+        await store.append(sid, [NewEvent("e", data)])
+        data["items"].append(2)
+        data["meta"]["k"] = "after"
+        data["added"] = True
+        [event] = await store.read(sid)
+        assert event.data == {"items": [1], "meta": {"k": "before"}}
+
+    @pytest.mark.anyio
+    async def test_concurrent_appends_never_duplicate_or_skip(self, store: Store) -> None:
+        sid = (await store.create_session(_unique("concurrent"))).id
+        writers, batches = 8, 6
+        returned: list[JournalEvent] = []
+
+        async def writer(w: int) -> None:
+            for b in range(batches):
+                size = 1 + (w + b) % 3
+                batch = [NewEvent("w", {"w": w, "b": b, "i": i}) for i in range(size)]
+                stored = await store.append(sid, batch)
+                seqs = [e.seq for e in stored]
+                assert seqs == list(range(seqs[0], seqs[0] + size)), "a batch must be contiguous"
+                returned.extend(stored)
+
+        async with anyio.create_task_group() as tg:
+            for w in range(writers):
+                tg.start_soon(writer, w)
+
+        total = sum(1 + (w + b) % 3 for w in range(writers) for b in range(batches))
+        events = await store.read(sid)
+        assert [e.seq for e in events] == list(range(1, total + 1))
+        assert sorted(e.seq for e in returned) == list(range(1, total + 1))
+        by_seq = {e.seq: dict(e.data) for e in returned}
+        assert [dict(e.data) for e in events] == [by_seq[e.seq] for e in events]
+        for w in range(writers):
+            order = [(e.data["b"], e.data["i"]) for e in events if e.data["w"] == w]
+            assert order == sorted(order), f"writer {w}'s events are out of order"
+
+    @pytest.mark.anyio
+    async def test_concurrent_appends_to_different_sessions(self, store: Store) -> None:
+        sids = [(await store.create_session(_unique("multi"))).id for _ in range(4)]
+
+        async def writer(sid: str) -> None:
+            for i in range(10):
+                await store.append(sid, [NewEvent("e", {"i": i})])
+
+        async with anyio.create_task_group() as tg:
+            for sid in sids:
+                tg.start_soon(writer, sid)
+        for sid in sids:
+            events = await store.read(sid)
+            assert [e.seq for e in events] == list(range(1, 11))
+            assert [e.data["i"] for e in events] == list(range(10))
+
+    # -- property: any sequence of appends and reads matches a list model ----
+
+    @pytest.mark.anyio
+    @settings(
+        max_examples=30,
+        deadline=None,
+        # Each example works on fresh sessions, so sharing the store fixture
+        # between examples is exactly what we want.
+        suppress_health_check=[HealthCheck.function_scoped_fixture],
+    )
+    @given(operations=_operations)
+    async def test_appends_and_reads_match_a_list_model(
+        self, store: Store, operations: list[tuple[Any, ...]]
+    ) -> None:
+        sids = [(await store.create_session(_unique("model"))).id for _ in range(2)]
+        model: list[list[tuple[str, Mapping[str, Any]]]] = [[], []]
+        for op in operations:
+            if op[0] == "append":
+                _, which, batch = op
+                stored = await store.append(sids[which], batch)
+                start = len(model[which])
+                model[which].extend((e.type, e.data) for e in batch)
+                assert [e.seq for e in stored] == list(range(start + 1, len(model[which]) + 1))
+            else:
+                _, which, after, limit = op
+                got = await store.read(sids[which], after=after, limit=limit)
+                end = None if limit is None else after + limit
+                expected = model[which][after:end]
+                assert [(e.type, e.data) for e in got] == expected
+                assert [e.seq for e in got] == list(range(after + 1, after + 1 + len(expected)))
+        for which in (0, 1):
+            everything = await store.read(sids[which])
+            assert [(e.type, e.data) for e in everything] == model[which]
