@@ -64,7 +64,7 @@ def types(session: nox.Session) -> None:
 def member(session: nox.Session, package: str) -> None:
     """One member's tests in an environment with only that member and its dependencies."""
     env_dir = ROOT / ".nox" / f"member-{package}"
-    env = {"UV_PROJECT_ENVIRONMENT": str(env_dir), **PYTEST_ENV}
+    env = {"UV_PROJECT_ENVIRONMENT": str(env_dir), "VIRTUAL_ENV": str(env_dir), **PYTEST_ENV}
     session.run(
         "uv",
         "sync",

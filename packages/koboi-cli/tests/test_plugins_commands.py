@@ -71,13 +71,13 @@ def test_list_real_plugins(runner: CliRunner) -> None:
 
 def test_list_shows_broken_plugins(runner: CliRunner, use_host: UseHost) -> None:
     use_host(demo_host())
-    result = runner.invoke(app, ["plugins", "list"])
+    result = runner.invoke(app, ["plugins", "list", "--check"])
     assert result.exit_code == 0, result.output
     broken = next(line for line in result.stdout.splitlines() if line.startswith("broken"))
     assert "failed" in broken
     assert "the tool table is on fire" in broken
 
-    as_json = runner.invoke(app, ["plugins", "list", "--json"])
+    as_json = runner.invoke(app, ["plugins", "list", "--check", "--json"])
     data = {p["id"]: p for p in json.loads(as_json.stdout)}
     assert data["builtin"]["builtin"] is True
     assert data["demo"] == {
@@ -207,3 +207,26 @@ def test_plugins_list_works_with_an_unimportable_plugin_even_when_strict(
     assert validate.exit_code == 1
     assert validate.stderr.startswith("error: plugin 'kaput' (koboi-kaput 0.3.0): import failed")
     assert "Traceback" not in validate.output
+
+
+def test_plugins_list_check_shows_registration_failures(
+    runner: CliRunner, use_host: UseHost
+) -> None:
+    from koboi import hookimpl
+    from koboi.plugins import PluginHost
+
+    class Flaky:
+        @hookimpl
+        def koboi_register_tools(self, register):  # type: ignore[no-untyped-def]
+            raise ValueError("cannot build my tools")
+
+    plugin_host = PluginHost(load_entry_points=False, strict=False)
+    plugin_host.add_plugin(Flaky(), "flaky")
+    use_host(plugin_host)
+    plain = runner.invoke(app, ["plugins", "list", "--json"])
+    assert plain.exit_code == 0
+    assert {p["id"]: p["status"] for p in json.loads(plain.stdout)}["flaky"] == "loaded"
+    checked = runner.invoke(app, ["plugins", "list", "--check", "--json"])
+    flaky = {p["id"]: p for p in json.loads(checked.stdout)}["flaky"]
+    assert flaky["status"] == "failed"
+    assert "registration failed: ValueError: cannot build my tools" in flaky["reason"]

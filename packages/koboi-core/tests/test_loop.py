@@ -334,3 +334,24 @@ async def test_allow_all_and_provider_error_message() -> None:
     ) as a:
         result = await a.run("x")
         assert (result.outcome, result.error) == ("failed", "the model server answered 503")
+
+
+@pytest.mark.parametrize("system_prompt", ["", "Be brief."])
+async def test_each_request_keeps_the_conversation_it_was_sent(system_prompt: str) -> None:
+    provider = ScriptedProvider.from_turns(
+        [
+            {"name": "add", "arguments": {"a": 1, "b": 2}},
+            {"name": "add", "arguments": {"a": 3, "b": 4}},
+            "done",
+        ]
+    )
+    config = {"llm": {"provider": "scripted"}, "agent": {"system_prompt": system_prompt}}
+    async with KoboiAgent.from_dict(config, provider=provider, extra_tools=[add]) as a:
+        await a.run("go")
+    offset = 1 if system_prompt else 0
+    assert [len(r.messages) for r in provider.requests] == [1 + offset, 3 + offset, 5 + offset]
+    assert [m.role for m in provider.requests[1].messages][offset:] == ["user", "assistant", "tool"]
+    if system_prompt:
+        assert provider.requests[0].messages[0].content == "Be brief."
+    assert provider.requests[2].messages[-1].content == "7"
+    assert provider.requests[1].messages[-1:] == [provider.requests[1].messages[-1]]

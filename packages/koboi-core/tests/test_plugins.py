@@ -207,3 +207,22 @@ def test_add_plugin_object_and_bad_registrations() -> None:
     assert "factory must be callable" in info.reason
     with pytest.raises(PluginError, match="already registered"):
         host.add_plugin(Bad(), "bad")
+
+
+def test_hook_may_declare_fewer_arguments_than_the_spec() -> None:
+    from koboi import Interceptor, hookimpl
+    from koboi.config import validate_config
+
+    class Quiet(Interceptor):
+        name = "quiet"
+
+    class Plugin:
+        @hookimpl
+        def koboi_register_interceptors(self, register):  # type: ignore[no-untyped-def]
+            register(Quiet())
+
+    host = PluginHost(strict=True)
+    host.load()
+    host.add_plugin(Plugin(), "quiet")
+    config = validate_config({"llm": {"provider": "scripted"}}, host.catalog())
+    assert [type(i).__name__ for i in host.interceptors(config)] == ["Quiet"]

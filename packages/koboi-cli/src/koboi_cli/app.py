@@ -121,11 +121,20 @@ def validate(config: ConfigArg) -> None:
 
 
 @plugins_app.command("list")
-def plugins_list(as_json: JsonOpt = False) -> None:
+def plugins_list(
+    as_json: JsonOpt = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Also run every plugin's registration hooks, so those that fail there show too.",
+        ),
+    ] = False,
+) -> None:
     """Every plugin found: id, distribution, version, status and why."""
     from koboi_cli.cmd_plugins import list_plugins
 
-    list_plugins(as_json=as_json)
+    list_plugins(as_json=as_json, check=check)
 
 
 @plugins_app.command("inspect")

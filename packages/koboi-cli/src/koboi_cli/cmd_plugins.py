@@ -20,10 +20,12 @@ if TYPE_CHECKING:
     from koboi.registry import Registration
 
 
-def tolerant_host() -> PluginHost:
-    """A loaded host whose catalog has been collected (registration failures show too)."""
+def tolerant_host(*, register: bool = True) -> PluginHost:
+    """A loaded host; with ``register`` its catalog is collected too, so plugins whose
+    registration hooks fail show as failed (this builds every plugin's models)."""
     plugin_host = host.get_host(tolerant=True)
-    plugin_host.catalog()
+    if register:
+        plugin_host.catalog()
     return plugin_host
 
 
@@ -38,8 +40,8 @@ def info_json(info: PluginInfo) -> dict[str, Any]:
     }
 
 
-def list_plugins(*, as_json: bool) -> None:
-    plugins = tolerant_host().plugins
+def list_plugins(*, as_json: bool, check: bool = False) -> None:
+    plugins = tolerant_host(register=check).plugins
     if as_json:
         write(sys.stdout, json.dumps([info_json(p) for p in plugins], indent=2) + "\n")
         return

@@ -70,7 +70,7 @@ class KoboiGroup(TyperGroup):
             try:
                 from koboi_cli import host
 
-                registry = host.get_host(tolerant=True).catalog().commands
+                registry = host.get_host(tolerant=True).commands()
             except Exception as exc:  # plugin commands must never break the built-ins
                 warn(f"plugin commands are unavailable: {type(exc).__name__}: {exc}")
                 return self._plugin_commands

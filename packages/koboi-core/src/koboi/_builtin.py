@@ -1,5 +1,7 @@
 """The kernel's built-in plugin: the in-memory store and the passthrough sandbox.
 
+Like any plugin.py it imports nothing at module level beyond the hook marker.
+
 Registered first, like any other plugin, so installed plugins see the same
 registries and duplicates are reported the same way.
 """
@@ -10,23 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from koboi.hookspecs import hookimpl
 
 
-class PassthroughOptions(BaseModel):
-    """Options of the passthrough sandbox."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    workdir: str | None = Field(
-        default=None,
-        description="Directory tools start in; relative paths resolve against the config file.",
-    )
-
-
-def _passthrough(options: PassthroughOptions, config: Any) -> Any:
+def _passthrough(options: Any, config: Any) -> Any:
     from koboi.sandbox import PassthroughSandbox
 
     workdir = None
@@ -45,6 +34,8 @@ def _memory(url: str, base_dir: Path) -> Any:
 
 @hookimpl
 def koboi_register_sandboxes(register: Callable[..., None]) -> None:
+    from koboi.sandbox import PassthroughOptions
+
     register(
         "passthrough",
         _passthrough,

@@ -9,7 +9,10 @@ Order of a tool call (documented in docs/architecture.md)::
 
     exact lookup -> strict argument validation -> before_tool_call (policy stages)
     -> approval -> admit_tool_call (admission: rate limits) -> journal "started"
-    -> sandbox.run_tool -> journal "finished" -> after_tool_call
+    -> sandbox.run_tool -> after_tool_call -> journal "finished"
+
+``after_tool_call`` runs before the result is journaled, so a redacting
+interceptor keeps secrets out of the journal too.
 """
 
 from __future__ import annotations

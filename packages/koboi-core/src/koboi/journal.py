@@ -7,18 +7,18 @@ rebuilds from it.
 
 Event types and their data (all JSON):
 
-=========================  ==================================================
+=========================  ============================================================
 ``run_started``            ``input`` (user text), ``agent``, ``config_hash``
 ``model_call_started``     ``step``
 ``model_call_finished``    ``step``, ``response`` (a dumped ModelResponse)
 ``model_call_failed``      ``step``, ``error``
 ``tool_call_refused``      ``step``, ``call_id``, ``name``, ``stage``, ``reason``
-``approval_requested``     ``step``, ``call_id``, ``name``, ``risk``, ``arguments_hash``
+``approval_requested``     ``step``, ``call_id``, ``name``, ``risk``, ``arguments_hash``, ``reason``
 ``approval_decided``       ``step``, ``call_id``, ``approved``, ``reason``, ``decided_by``
 ``tool_call_started``      ``step``, ``call_id``, ``name``, ``arguments``, ``idempotent``
 ``tool_call_finished``     ``step``, ``call_id``, ``name``, ``content``, ``is_error``
 ``run_finished``           ``outcome``, ``output``, ``steps``, ``usage``, ``error``
-=========================  ==================================================
+=========================  ============================================================
 """
 
 from __future__ import annotations

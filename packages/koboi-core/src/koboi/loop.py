@@ -12,9 +12,9 @@ the last thing yielded.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import anyio
 
@@ -72,6 +72,53 @@ class LoopParts:
     resources: Mapping[type[Any], Any] = field(default_factory=dict)
 
 
+class HistoryView(Sequence[Message]):
+    """A read-only, fixed-length view of the run's message list.
+
+    Each model request gets one: O(1) to make however long the conversation,
+    and what a provider or interceptor keeps does not change as the run goes on.
+    """
+
+    __slots__ = ("_items", "_length")
+
+    def __init__(self, items: list[Message], length: int) -> None:
+        self._items = items
+        self._length = length
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
+        if isinstance(index, slice):
+            return self._items[: self._length][index]
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError("message index out of range")
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[Message]:
+        items = self._items
+        for i in range(self._length):
+            yield items[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"HistoryView({list(self)!r})"
+
+
 class AgentRun:
     """One run of the loop for one user message in one session."""
 
@@ -94,6 +141,12 @@ class AgentRun:
         self._approval_rank = _RISK_RANK[Risk(parts.config.agent.approval_risk)]
         self._tool_timeout = parts.config.tools.timeout_seconds
         self._finished = False
+        self._conversation: list[Message] = history
+
+    def _append(self, message: Message) -> None:
+        self.messages.append(message)
+        if self._conversation is not self.messages:
+            self._conversation.append(message)
 
     # -- journal ---------------------------------------------------------------
 
@@ -120,13 +173,18 @@ class AgentRun:
             },
         )
         self.messages.append(Message.user(user_input))
-        system = (Message.system(config.agent.system_prompt),) if config.agent.system_prompt else ()
+        # One append-only list holds what the model sees (system prompt first); each
+        # request gets an O(1) view of it, never a copy.
+        conversation = self.messages
+        if config.agent.system_prompt:
+            conversation = [Message.system(config.agent.system_prompt), *self.messages]
+        self._conversation = conversation
         try:
             final_text = ""
             for step in range(1, config.agent.max_iterations + 1):
                 self.step = self.info.step = step
                 request = ModelRequest.model_construct(
-                    messages=[*system, *self.messages] if system else self.messages,
+                    messages=HistoryView(conversation, len(conversation)),
                     tools=self._specs,
                     options={},
                     response_format=None,
@@ -164,7 +222,7 @@ class AgentRun:
                 )
                 self.usage = self.usage + response.usage
                 message = response.message
-                self.messages.append(message)
+                self._append(message)
                 final_text = message.content
                 yield StepEvent(step, response.usage, len(message.tool_calls), finished.seq)
                 if not message.tool_calls:
@@ -177,7 +235,7 @@ class AgentRun:
                 else:
                     results = [await self._run_tool_call(c, step) for c in message.tool_calls]
                 for result_message, event in results:
-                    self.messages.append(result_message)
+                    self._append(result_message)
                     yield event
             yield await self._finish(
                 "max_iterations",
@@ -401,8 +459,9 @@ class AgentRun:
         try:
             if self._tool_timeout is None:
                 return await self.parts.sandbox.run_tool(tool, pending.args, ctx)
-            with anyio.fail_after(self._tool_timeout):
+            with anyio.CancelScope(deadline=anyio.current_time() + self._tool_timeout):
                 return await self.parts.sandbox.run_tool(tool, pending.args, ctx)
+            raise TimeoutError  # only reached when the deadline cancelled the call
         except TimeoutError:
             return ToolResult(
                 f"tool '{tool.name}' timed out after {self._tool_timeout:g} s "

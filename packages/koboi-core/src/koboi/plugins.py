@@ -14,16 +14,16 @@ plugins sorted by entry-point name.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import pluggy
-from pydantic import BaseModel
 
 from koboi import hookspecs
 from koboi._version import __version__
@@ -32,6 +32,8 @@ from koboi.registry import Registration, Registry
 from koboi.versions import requirement_specifier, satisfies
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from koboi.config import AgentConfig
     from koboi.interceptors import Interceptor
 
@@ -120,6 +122,7 @@ class PluginHost:
         self._order: list[str] = []
         self._loaded = False
         self._catalog: Catalog | None = None
+        self._commands: Registry[str] | None = None
         if builtins:
             from koboi import _builtin
 
@@ -216,6 +219,7 @@ class PluginHost:
             module=getattr(plugin, "__name__", type(plugin).__name__),
         )
         self._catalog = None
+        self._commands = None
         self._register(info, plugin)
         return info
 
@@ -274,13 +278,24 @@ class PluginHost:
 
     def catalog(self) -> Catalog:
         """Collect every registration hook from every loaded plugin (once)."""
+        if self._catalog is None:
+            self._catalog = self._collect(_CATALOG_HOOKS)
+        return self._catalog
+
+    def commands(self) -> Registry[str]:
+        """Only the CLI commands plugins add: what ``koboi --help`` needs, nothing more."""
         if self._catalog is not None:
-            return self._catalog
+            return self._catalog.commands
+        if self._commands is None:
+            self._commands = self._collect(("koboi_register_commands",)).commands
+        return self._commands
+
+    def _collect(self, hooks: Sequence[str]) -> Catalog:
         catalog = Catalog()
         for info, plugin in self.loaded():
             staged: list[tuple[Registry[Any], Registration[Any]]] = []
             try:
-                for hook in _CATALOG_HOOKS:
+                for hook in hooks:
                     impl = _impl(plugin, hook)
                     if impl is None:
                         continue
@@ -307,7 +322,6 @@ class PluginHost:
                 continue
             for registry, entry in staged:
                 registry.add(entry)
-        self._catalog = catalog
         return catalog
 
     def interceptors(self, config: AgentConfig) -> list[Interceptor]:
@@ -341,6 +355,8 @@ def _registrar(
     hook: str, plugin: str, catalog: Catalog, staged: list[tuple[Registry[Any], Registration[Any]]]
 ) -> Callable[..., None]:
     """The ``register`` callable handed to ``hook``, bound to ``plugin``."""
+
+    from pydantic import BaseModel  # registration needs it; discovery does not
 
     def options_model(name: str, options: Any) -> type[BaseModel] | None:
         if options is None:
@@ -448,10 +464,23 @@ def _registrar(
 
 
 def _impl(plugin: object, hook: str) -> Callable[..., Any] | None:
+    """The plugin's implementation of ``hook``, called with only the arguments it declares.
+
+    As with pluggy, an implementation may accept fewer arguments than the spec
+    offers (``def koboi_register_interceptors(register)`` is fine).
+    """
     func = getattr(plugin, hook, None)
     if func is None or not hasattr(func, "koboi_impl"):
         return None
-    return func  # type: ignore[no-any-return]
+    try:
+        declared = set(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        return cast("Callable[..., Any]", func)
+
+    def call(**kwargs: Any) -> Any:
+        return func(**{k: v for k, v in kwargs.items() if k in declared})
+
+    return call
 
 
 def _marked_hooks(plugin: object) -> Iterable[str]:

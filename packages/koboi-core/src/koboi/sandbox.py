@@ -18,14 +18,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio.abc import ByteReceiveStream, Process
+from anyio.abc import ByteReceiveStream, ByteSendStream, Process
+from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from pydantic import BaseModel
-
     from koboi.tools import Tool, ToolContext, ToolResult
 
 DEFAULT_OUTPUT_LIMIT = 1_000_000
+
+
+class PassthroughOptions(BaseModel):
+    """Options of the passthrough sandbox."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workdir: str | None = Field(
+        default=None,
+        description="Directory tools start in; relative paths resolve against the config file.",
+    )
+
+
 TRUNCATION_MARKER = "\n[output truncated: {dropped} bytes dropped]"
 
 
@@ -132,26 +144,28 @@ async def run_capped_process(
     out = _CappedBuffer(max_output)
     err = _CappedBuffer(max_output)
     timed_out = False
-    try:
-        with anyio.move_on_after(timeout) as scope:
-            async with anyio.create_task_group() as tg:
-                if process.stdout is not None:
-                    tg.start_soon(_drain, process.stdout, out)
-                if process.stderr is not None:
-                    tg.start_soon(_drain, process.stderr, err)
-                if input is not None and process.stdin is not None:
-                    await process.stdin.send(input)
-                    await process.stdin.aclose()
-                await process.wait()
-        timed_out = scope.cancelled_caught
-    finally:
-        if process.returncode is None or timed_out:
-            _kill_group(process)
-            with anyio.CancelScope(shield=True):
-                await process.wait()
-        else:
-            # The leader exited; anything it left in its group goes too.
-            _kill_group(process)
+    async with process:
+        try:
+            with anyio.move_on_after(timeout) as scope:
+                async with anyio.create_task_group() as tg:
+                    drained = _Countdown(2)
+                    tg.start_soon(_drain, process.stdout, out, drained)
+                    tg.start_soon(_drain, process.stderr, err, drained)
+                    if input is not None and process.stdin is not None:
+                        tg.start_soon(_feed, process.stdin, input)
+                    await process.wait()
+                    # The leader is done; what it left running in its group goes too,
+                    # so nothing keeps the pipes open.
+                    _kill_group(process)
+                    with anyio.move_on_after(_DRAIN_GRACE):
+                        await drained.event.wait()
+                    tg.cancel_scope.cancel()
+            timed_out = scope.cancelled_caught
+        finally:
+            if process.returncode is None or timed_out:
+                _kill_group(process)
+                with anyio.CancelScope(shield=True):
+                    await process.wait()
     return ProcessResult(
         returncode=process.returncode,
         stdout=out.text(),
@@ -159,6 +173,32 @@ async def run_capped_process(
         timed_out=timed_out,
         truncated=out.dropped > 0 or err.dropped > 0,
     )
+
+
+#: After the command exits, how long to wait for its output pipes to reach EOF.
+_DRAIN_GRACE = 2.0
+
+
+class _Countdown:
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.event = anyio.Event()
+
+    def done(self) -> None:
+        self.count -= 1
+        if self.count <= 0:
+            self.event.set()
+
+
+async def _feed(stream: ByteSendStream, data: bytes) -> None:
+    """Write the input; a command that exits without reading it all is not an error."""
+    try:
+        await stream.send(data)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+        pass
+    finally:
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            await stream.aclose()
 
 
 def _kill_group(process: Process) -> None:
@@ -188,9 +228,14 @@ class _CappedBuffer:
         return text
 
 
-async def _drain(stream: ByteReceiveStream, buffer: _CappedBuffer) -> None:
+async def _drain(
+    stream: ByteReceiveStream | None, buffer: _CappedBuffer, drained: _Countdown
+) -> None:
     try:
-        async for chunk in stream:
-            buffer.feed(chunk)
+        if stream is not None:
+            async for chunk in stream:
+                buffer.feed(chunk)
     except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
         pass
+    finally:
+        drained.done()

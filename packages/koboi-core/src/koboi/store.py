@@ -8,6 +8,7 @@ and throwaway runs; durable stores come from plugins.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -52,6 +53,11 @@ class SessionInfo:
     config_hash: str = ""
     owner: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _json_copy(data: Mapping[str, Any]) -> dict[str, Any]:
+    copied: dict[str, Any] = json.loads(json.dumps(data, allow_nan=False))
+    return copied
 
 
 def new_session_id() -> str:
@@ -198,10 +204,15 @@ class InMemoryStore(Store):
             raise SessionNotFound(f"no session {session_id!r} in this store")
         now = time.time()
         start = len(log)
-        stored = [
-            JournalEvent(session_id, start + i + 1, e.type, e.data, now)
-            for i, e in enumerate(events)
-        ]
+        # Store a copy in JSON form, as a durable store would: later changes to the
+        # caller's dicts must not rewrite the journal, and non-JSON data is refused.
+        try:
+            stored = [
+                JournalEvent(session_id, start + i + 1, e.type, _json_copy(e.data), now)
+                for i, e in enumerate(events)
+            ]
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"journal event data must be JSON: {exc}") from None
         log.extend(stored)
         return stored
 

@@ -30,6 +30,16 @@ class ScriptedToolCall(BaseModel):
     )
 
 
+class ScriptedUsage(BaseModel):
+    """Token counts a script turn reports instead of the default word counts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_tokens: int = Field(ge=0, description="Prompt tokens to report for this turn.")
+    output_tokens: int = Field(ge=0, description="Completion tokens to report for this turn.")
+    reasoning_tokens: int = Field(default=0, ge=0, description="Reasoning tokens to report.")
+
+
 class Turn(BaseModel):
     """One model call of a script: a text reply, tool calls, or both.
 
@@ -43,6 +53,14 @@ class Turn(BaseModel):
     )
     tool_calls: list[ScriptedToolCall] = Field(
         default_factory=list, description="Tool calls the model makes on this turn."
+    )
+    usage: ScriptedUsage | None = Field(
+        default=None,
+        description="Token usage to report (e.g. to test budgets); default: word counts.",
+    )
+    finish_reason: Literal["stop", "length", "content_filter"] | None = Field(
+        default=None,
+        description="Finish reason to report for a text turn; default 'stop'.",
     )
 
     @model_validator(mode="before")

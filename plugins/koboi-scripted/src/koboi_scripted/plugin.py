@@ -1,4 +1,4 @@
-"""koboi hooks of the scripted provider. Imports only the options model."""
+"""koboi hooks of the scripted provider. Imports its modules only when asked."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from koboi.hookspecs import hookimpl
-from koboi_scripted.config import ScriptedOptions
 
 if TYPE_CHECKING:
+    from koboi_scripted.config import ScriptedOptions
     from koboi_scripted.provider import ScriptedProvider
 
 
@@ -21,6 +21,8 @@ def create_provider(options: ScriptedOptions) -> ScriptedProvider:
 
 @hookimpl
 def koboi_register_providers(register: Callable[..., None]) -> None:
+    from koboi_scripted.config import ScriptedOptions
+
     register(
         "scripted",
         create_provider,

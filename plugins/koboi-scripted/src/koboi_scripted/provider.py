@@ -21,6 +21,7 @@ import anyio.lowlevel
 
 from koboi.errors import ProviderError
 from koboi.messages import (
+    FinishReason,
     Message,
     ModelRequest,
     ModelResponse,
@@ -117,17 +118,24 @@ class ScriptedProvider(ModelProvider):
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         self.requests.append(request)
-        message = self._answer(request.messages)
-        return ModelResponse(
-            message=message,
-            usage=Usage(
+        message, turn = self._answer(request.messages)
+        if turn is not None and turn.usage is not None:
+            usage = Usage(
+                input_tokens=turn.usage.input_tokens,
+                output_tokens=turn.usage.output_tokens,
+                reasoning_tokens=turn.usage.reasoning_tokens,
+                requests=1,
+            )
+        else:
+            usage = Usage(
                 input_tokens=max(1, sum(_count_words(m) for m in request.messages)),
                 output_tokens=max(1, _count_words(message)),
                 requests=1,
-            ),
-            finish_reason="tool_calls" if message.tool_calls else "stop",
-            model=self.model,
-        )
+            )
+        finish: FinishReason = "tool_calls" if message.tool_calls else "stop"
+        if not message.tool_calls and turn is not None and turn.finish_reason is not None:
+            finish = turn.finish_reason
+        return ModelResponse(message=message, usage=usage, finish_reason=finish, model=self.model)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
         """Yield the reply word by word (whitespace kept), then the whole response."""
@@ -140,17 +148,18 @@ class ScriptedProvider(ModelProvider):
 
     # -- answering ------------------------------------------------------------
 
-    def _answer(self, messages: Sequence[Message]) -> Message:
+    def _answer(self, messages: Sequence[Message]) -> tuple[Message, Turn | None]:
+        """The reply, and the script turn it came from (None for rules and the fallback)."""
         turn = sum(1 for m in messages if m.role == "assistant")
         script = self.options.script
         if turn < len(script):
-            return _script_message(script[turn], turn)
+            return _script_message(script[turn], turn), script[turn]
         ruled = self._rule_message(messages, turn)
         if ruled is not None:
-            return ruled
+            return ruled, None
         if self.options.on_exhausted == "error":
             raise ProviderError(self._exhausted_message(messages, turn))
-        return Message.assistant(self.options.fallback)
+        return Message.assistant(self.options.fallback), None
 
     def _rule_message(self, messages: Sequence[Message], turn: int) -> Message | None:
         last_user = next(
