@@ -1,0 +1,19 @@
+"""Shared fixtures: a plugin host that holds only this plugin and the scripted model."""
+
+from __future__ import annotations
+
+import koboi_example_weather.plugin
+import pytest
+
+import koboi_scripted.plugin
+from koboi import PluginHost
+
+
+@pytest.fixture
+def host() -> PluginHost:
+    # load_entry_points=False: the test sees exactly these plugins, whatever else
+    # is installed; strict=True: any registration problem fails the test.
+    host = PluginHost(load_entry_points=False, strict=True)
+    host.add_plugin(koboi_scripted.plugin, "scripted", dist="koboi-scripted")
+    host.add_plugin(koboi_example_weather.plugin, "weather", dist="koboi-example-weather")
+    return host

@@ -1,0 +1,141 @@
+"""The shipped configs validate; a config using uninstalled capabilities says what to install."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from koboi import ConfigError, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+
+SEED = """\
+agent: {name: "my-agent", system_prompt: "You are helpful.", mode: "chat"}
+llm: {provider: "openai", model: "gpt-4o-mini", api_key: "${OPENAI_API_KEY}"}
+tools: {builtin: [calculator, web_search, memory_store, memory_recall]}
+context: {strategy: "smart_truncation", max_context_tokens: 8000}
+rag: {enabled: true, retriever: "hybrid", top_k: 10, documents: [{path: "./data/sample/product_catalog.md"}]}
+guardrails: {input: {max_length: 10000}, rate_limit: {max_calls_per_minute: 20}}
+sandbox: {backend: "restricted"}
+"""
+
+# key path in the error -> the distribution the hint must name.
+SEED_HINTS = {
+    "context": "koboi-memory",
+    "rag": "koboi-rag",
+    "guardrails": "koboi-governance",
+    "sandbox.backend": "koboi-sandbox",
+    "llm.provider": "koboi-openai",
+    "tools.builtin[1]": "koboi-tools-web",
+    "tools.builtin[2]": "koboi-memory",
+    "tools.builtin[3]": "koboi-memory",
+}
+
+
+def _installed(dist: str) -> bool:
+    try:
+        metadata.distribution(dist)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+MISSING = {path: dist for path, dist in SEED_HINTS.items() if not _installed(dist)}
+
+
+def test_there_are_configs() -> None:
+    assert CONFIGS, "configs/ holds no *.yaml"
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_config_validates(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    config = load_config(path)
+    assert config.source == path
+    assert config.llm.provider
+
+
+@pytest.fixture
+def seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    # An empty working directory: no stray .env is read.
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "agent.yaml"
+    path.write_text(SEED, encoding="utf-8")
+    return path
+
+
+@pytest.mark.skipif(not MISSING, reason="every capability the seed config uses is installed")
+def test_seed_config_lists_every_problem_with_install_hints(
+    seed: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    with pytest.raises(ConfigError) as caught:
+        load_config(seed)
+    error = caught.value
+    by_path = {p.path: p for p in error.problems}
+    for path, dist in MISSING.items():
+        assert path in by_path, f"no problem reported at {path}: {error}"
+        assert f"install {dist}" in by_path[path].hint, by_path[path]
+    # Capabilities that are installed are not reported.
+    for path in SEED_HINTS.keys() - MISSING.keys():
+        assert path not in by_path, by_path[path]
+    assert "tools.builtin[0]" not in by_path, "calculator comes from koboi-tools-basic"
+    message = str(error)
+    assert f"{len(error.problems)} problems in config" in message or len(error.problems) == 1
+    for problem in error.problems:
+        assert problem.render(str(seed)) in message
+    assert str(seed) in message
+    assert "sk-test-not-a-real-key" not in message
+    assert "Traceback" not in message
+
+
+def test_seed_config_reports_the_unset_variable_too(seed: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(seed, env={})
+    by_path = {p.path: p for p in caught.value.problems}
+    assert "llm.api_key" in by_path
+    assert "OPENAI_API_KEY" in by_path["llm.api_key"].message
+    assert "OPENAI_API_KEY" in by_path["llm.api_key"].hint
+    for path in MISSING:
+        assert path in by_path
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not MISSING, reason="every capability the seed config uses is installed")
+def test_koboi_validate_prints_the_problems_without_a_traceback(
+    seed: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    proc = subprocess.run(
+        [sys.executable, "-m", "koboi_cli", "validate", str(seed)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    assert "Traceback" not in output
+    for path, dist in MISSING.items():
+        assert path in output
+        assert f"install {dist}" in output
+    assert "sk-test-not-a-real-key" not in output
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_koboi_validate_accepts_the_config(path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "koboi_cli", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
