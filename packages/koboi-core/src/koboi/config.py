@@ -24,6 +24,7 @@ from koboi import _hints
 from koboi.errors import ConfigError, ConfigProblem
 from koboi.interpolation import interpolate, load_dotenv
 from koboi.plugins import Catalog
+from koboi.registry import Registry
 from koboi.tools import Risk
 
 Mode = Literal["chat", "plan", "act", "auto", "yolo"]
@@ -414,25 +415,40 @@ class _Checker:
                 found[str(name)] = section
         return found
 
-    def provider_options(self, path: str, section: ProviderSection) -> Any:
-        registration = self.catalog.providers.get(section.provider)
+    def component_options(
+        self,
+        path: str,
+        key: str,
+        name: str,
+        registry: Registry[Any],
+        hints: Mapping[str, str],
+        section: BaseModel,
+    ) -> Any:
+        """Validate the options of a section that names a registered component.
+
+        ``key`` is the selector key (``provider``, ``backend``); every other key of
+        ``section`` is an option, checked against the component's options model.
+        """
+        registration = registry.get(name)
         if registration is None:
-            dist = _hints.PROVIDERS.get(section.provider)
-            known = self.catalog.providers.names()
+            dist = hints.get(name)
+            known = registry.names()
             hint = (
                 f"install {dist}"
                 if dist
-                else (
-                    _suggest(section.provider, known)
-                    or f"installed providers: {', '.join(known) or 'none'}"
-                )
+                else (_suggest(name, known) or f"installed: {', '.join(known) or 'none'}")
             )
-            self.add(f"{path}.provider", f"unknown provider '{section.provider}'", hint)
+            self.add(f"{path}.{key}", f"unknown {registry.kind} '{name}'", hint)
             return None
         options = dict(section.model_extra or {})
         if registration.options is None:
             return options
         return self.model(path, registration.options, options)
+
+    def provider_options(self, path: str, section: ProviderSection) -> Any:
+        return self.component_options(
+            path, "provider", section.provider, self.catalog.providers, _hints.PROVIDERS, section
+        )
 
     def llm(
         self, value: Any, providers: dict[str, ProviderSection]
@@ -457,21 +473,14 @@ class _Checker:
         return parsed, self.provider_options("llm", parsed)
 
     def sandbox(self, section: SandboxSection) -> Any:
-        registration = self.catalog.sandboxes.get(section.backend)
-        if registration is None:
-            dist = _hints.SANDBOXES.get(section.backend)
-            known = self.catalog.sandboxes.names()
-            hint = (
-                f"install {dist}"
-                if dist
-                else (_suggest(section.backend, known) or f"installed backends: {', '.join(known)}")
-            )
-            self.add("sandbox.backend", f"unknown sandbox backend '{section.backend}'", hint)
-            return None
-        options = dict(section.model_extra or {})
-        if registration.options is None:
-            return options
-        return self.model("sandbox", registration.options, options)
+        return self.component_options(
+            "sandbox",
+            "backend",
+            section.backend,
+            self.catalog.sandboxes,
+            _hints.SANDBOXES,
+            section,
+        )
 
     def tools(self, section: ToolsSection) -> None:
         known = self.catalog.tools.names()

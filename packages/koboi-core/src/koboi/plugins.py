@@ -82,7 +82,9 @@ class Catalog:
     sections: Registry[type[BaseModel]] = field(default_factory=lambda: Registry("config section"))
     providers: Registry[Callable[..., Any]] = field(default_factory=lambda: Registry("provider"))
     tools: Registry[Any] = field(default_factory=lambda: Registry("tool"))
-    sandboxes: Registry[Callable[..., Any]] = field(default_factory=lambda: Registry("sandbox"))
+    sandboxes: Registry[Callable[..., Any]] = field(
+        default_factory=lambda: Registry("sandbox backend")
+    )
     stores: Registry[Callable[..., Any]] = field(default_factory=lambda: Registry("store"))
     commands: Registry[str] = field(default_factory=lambda: Registry("command"))
 

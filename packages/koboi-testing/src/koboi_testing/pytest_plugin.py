@@ -1,7 +1,10 @@
 """pytest plugin of koboi-testing (loaded through the ``pytest11`` entry point).
 
-It only defines fixtures, and imports koboi lazily inside them so that loading
-the plugin stays cheap for every pytest run in an environment that has it.
+It defines fixtures, and imports koboi lazily inside them so that loading the
+plugin stays cheap for every pytest run in an environment that has it. It also
+turns on ``KOBOI_STRICT_PLUGINS`` for the test session (unless the environment
+sets it), so a plugin that fails to load fails the tests instead of being
+skipped with a warning.
 
 Fixtures:
 
@@ -18,6 +21,7 @@ Fixtures:
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +32,11 @@ import pytest
 # their plain ``assert`` statements are rewritten only if we ask for it before
 # they are imported.
 pytest.register_assert_rewrite("koboi_testing.contracts")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault("KOBOI_STRICT_PLUGINS", "1")
+
 
 if TYPE_CHECKING:
     from koboi.store import InMemoryStore
