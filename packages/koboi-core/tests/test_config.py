@@ -37,7 +37,7 @@ def test_minimal_config_gets_defaults(tmp_path: Path, host: PluginHost) -> None:
     assert config.agent.mode == "chat"
     assert config.agent.max_iterations == 20
     assert config.llm.provider == "scripted"
-    assert config.store.url == "memory://"
+    assert config.store.url is None  # resolved later: KOBOI_STORE, a default store, memory://
     assert config.sandbox.backend == "passthrough"
     assert config.base_dir == tmp_path.resolve()
     assert len(config.config_hash) == 16

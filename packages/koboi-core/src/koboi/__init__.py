@@ -25,7 +25,9 @@ if TYPE_CHECKING:
     from koboi.errors import (
         ConfigError,
         ConfigProblem,
+        FencedOut,
         KoboiError,
+        LeaseHeld,
         PluginError,
         ProviderError,
         SandboxError,
@@ -58,7 +60,7 @@ if TYPE_CHECKING:
     from koboi.plugins import PluginHost
     from koboi.provider import ModelProvider
     from koboi.sandbox import PassthroughSandbox, ProcessResult, Sandbox
-    from koboi.store import InMemoryStore, JournalEvent, NewEvent, SessionInfo, Store
+    from koboi.store import InMemoryStore, JournalEvent, Lease, NewEvent, SessionInfo, Store
     from koboi.tools import FunctionTool, Risk, Tool, ToolContext, ToolResult, tool
 
 # Names are imported on first use, so that `import koboi.plugins` (what the CLI
@@ -76,7 +78,10 @@ _LAZY: dict[str, str] = {
     "DenyAllApprover": "koboi.approval",
     "FinalEvent": "koboi.events",
     "FunctionTool": "koboi.tools",
+    "FencedOut": "koboi.errors",
     "InMemoryStore": "koboi.store",
+    "Lease": "koboi.store",
+    "LeaseHeld": "koboi.errors",
     "Interceptor": "koboi.interceptors",
     "JournalEvent": "koboi.store",
     "KoboiAgent": "koboi.agent",
@@ -149,6 +154,7 @@ __all__ = [
     "ConfigError",
     "ConfigProblem",
     "DenyAllApprover",
+    "FencedOut",
     "FinalEvent",
     "FunctionTool",
     "InMemoryStore",
@@ -156,6 +162,8 @@ __all__ = [
     "JournalEvent",
     "KoboiAgent",
     "KoboiError",
+    "Lease",
+    "LeaseHeld",
     "Message",
     "ModelProvider",
     "ModelRequest",

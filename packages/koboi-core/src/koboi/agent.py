@@ -10,8 +10,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import AsyncGenerator, Mapping, Sequence
+import socket
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, aclosing
 from pathlib import Path
 from types import TracebackType
@@ -21,16 +24,22 @@ import anyio
 
 from koboi import journal as J
 from koboi.approval import Approver, DenyAllApprover
-from koboi.config import AgentConfig, load_config, load_env_files, store_scheme, validate_config
+from koboi.config import (
+    AgentConfig,
+    load_config,
+    load_env_files,
+    resolve_store_url,
+    store_scheme,
+    validate_config,
+)
 from koboi.errors import KoboiError, SessionNotFound
 from koboi.events import AgentEvent, FinalEvent, RunResult
 from koboi.interceptors import Interceptor
 from koboi.loop import AgentRun, LoopParts
-from koboi.messages import Message
 from koboi.plugins import PluginHost, default_host
 from koboi.provider import ModelProvider
 from koboi.sandbox import Sandbox
-from koboi.store import Store
+from koboi.store import Lease, Store
 from koboi.tools import Tool
 
 
@@ -72,6 +81,8 @@ class KoboiAgent:
         self._parts: LoopParts | None = None
         self._stack: AsyncExitStack | None = None
         self._session_locks: dict[str, anyio.Lock] = {}
+        #: Who holds a session's lease while this agent runs it: host, process, agent.
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
     # -- construction ------------------------------------------------------------
 
@@ -156,7 +167,7 @@ class KoboiAgent:
         await self.close()
 
     def _build_store(self, catalog: Any) -> Store:
-        url = self.config.store.url
+        url = resolve_store_url(self.config, catalog)
         scheme = store_scheme(url) or ""
         entry = catalog.stores.get(scheme)
         if entry is None:
@@ -240,18 +251,68 @@ class KoboiAgent:
         """Run and yield typed events as they happen; the last is a ``FinalEvent``.
 
         With ``session_id`` of an existing session the conversation continues
-        from its journal; an unknown id creates a session with that id.
+        from its journal; an unknown id creates a session with that id. A session
+        whose last run was interrupted must be resumed first (:meth:`resume`).
         """
         parts = self._require()
-        sid, history = await self._session(parts, session_id)
-        lock = self._session_locks.setdefault(sid, anyio.Lock())
-        async with lock:
-            run = AgentRun(parts, sid, history)
+        sid, state = await self._session(parts, session_id)
+        if state.interrupted:
+            raise KoboiError(
+                f"session {sid} has an interrupted run; resume it first "
+                f"(koboi run CONFIG --resume {sid}, or agent.resume({sid!r}))"
+            )
+        async with self._hold(parts, sid) as lease:
+            run = AgentRun(parts, sid, state, lease=lease)
             async with aclosing(run.execute(message)) as events:
                 async for event in events:
                     yield event
 
-    async def _session(self, parts: LoopParts, session_id: str | None) -> tuple[str, list[Message]]:
+    async def resume(self, session_id: str) -> AsyncGenerator[AgentEvent, None]:
+        """Finish the interrupted run of a session, yielding its events (see AgentRun.resume).
+
+        ``session_id`` may be a full id, a unique prefix or ``last``. A session
+        whose last run finished has nothing to resume: that is an error.
+        """
+        parts = self._require()
+        info = await parts.store.resolve_session(session_id)
+        async with self._hold(parts, info.id) as lease:
+            # Read the journal only once we hold the session: nobody writes it now.
+            state = J.fold_state(await parts.store.read(info.id))
+            if not state.interrupted:
+                outcome = state.last_outcome or "never started"
+                raise KoboiError(
+                    f"session {info.id} has no interrupted run to resume (its last run: {outcome})"
+                )
+            run = AgentRun(parts, info.id, state, lease=lease)
+            async with aclosing(run.resume()) as events:
+                async for event in events:
+                    yield event
+
+    async def resume_run(self, session_id: str) -> RunResult:
+        """:meth:`resume` to the end and return the result."""
+        async with aclosing(self.resume(session_id)) as events:
+            async for event in events:
+                if isinstance(event, FinalEvent):
+                    return event.result
+        raise KoboiError("the resumed run ended without a final event")  # pragma: no cover
+
+    @contextlib.asynccontextmanager
+    async def _hold(self, parts: LoopParts, session_id: str) -> AsyncIterator[Lease]:
+        """Hold the session's lease for the length of a run; release it after."""
+        lock = self._session_locks.setdefault(session_id, anyio.Lock())
+        async with lock:
+            lease = await parts.store.acquire_lease(
+                session_id, self.holder, self.config.agent.lease_seconds
+            )
+            try:
+                yield lease
+            finally:
+                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                    await parts.store.release_lease(lease)
+
+    async def _session(
+        self, parts: LoopParts, session_id: str | None
+    ) -> tuple[str, J.SessionState]:
         store, config = parts.store, parts.config
         if session_id is not None:
             try:
@@ -259,10 +320,10 @@ class KoboiAgent:
             except SessionNotFound:
                 pass
             else:
-                return session_id, J.fold_messages(await store.read(session_id))
+                return session_id, J.fold_state(await store.read(session_id))
         info = await store.create_session(
             session_id,
             config_name=config.agent.name,
             config_hash=config.config_hash,
         )
-        return info.id, []
+        return info.id, J.SessionState()

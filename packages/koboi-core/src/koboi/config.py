@@ -64,6 +64,22 @@ class AgentSection(_Section):
     stream: bool = Field(
         default=True, description="Ask the provider to stream text as it is produced."
     )
+    on_interrupted_tool: Literal["tell_model", "ask", "fail"] = Field(
+        default="tell_model",
+        description=(
+            "On resume, what to do with a non-idempotent tool call that started and never "
+            "finished: tell_model (its result says the outcome is unknown), ask (the approver "
+            "decides whether to run it again) or fail (end the run)."
+        ),
+    )
+    lease_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description=(
+            "How long a run's hold on its session lasts without renewal; another process may "
+            "take an interrupted session over once it has expired."
+        ),
+    )
 
 
 class ProviderSection(BaseModel):
@@ -89,9 +105,13 @@ class ToolsSection(_Section):
 class StoreSection(_Section):
     """Where sessions and their journals are kept."""
 
-    url: str = Field(
-        default="memory://",
-        description="Store URL; the scheme picks the store plugin (memory://, sqlite:///path...).",
+    url: str | None = Field(
+        default=None,
+        description=(
+            "Store URL; the scheme picks the store plugin (memory://, sqlite:///path, "
+            "postgresql+psycopg://...). Unset: KOBOI_STORE, else the default of the installed "
+            "durable store (.koboi/koboi.db beside the config), else memory://."
+        ),
     )
 
 
@@ -499,6 +519,8 @@ class _Checker:
             self.add(path, f"unknown tool '{name}'", f"{hint}; {listing}" if hint else listing)
 
     def store(self, section: StoreSection) -> None:
+        if section.url is None:
+            return
         scheme = store_scheme(section.url)
         if scheme is None:
             self.add(
@@ -522,6 +544,28 @@ def store_scheme(url: str) -> str | None:
         if not sep or not scheme:
             return None
     return scheme.split("+", 1)[0].lower()
+
+
+def resolve_store_url(config: AgentConfig | None, catalog: Catalog) -> str:
+    """Which store a command uses — one rule everywhere (docs/config.md, "Finding the store").
+
+    1. ``store.url`` of the config, when the config sets it;
+    2. else the ``KOBOI_STORE`` environment variable;
+    3. else the default URL of an installed store plugin that declares one
+       (``sqlite:///.koboi/koboi.db`` with koboi-store-sql), relative to the
+       config's directory (or the working directory without a config);
+    4. else ``memory://``.
+    """
+    if config is not None and config.store.url:
+        return config.store.url
+    from_env = os.environ.get("KOBOI_STORE", "").strip()
+    if from_env:
+        return from_env
+    defaults = [e for e in catalog.stores if e.extra.get("default_url")]
+    defaults.sort(key=lambda e: (e.plugin == "builtin", e.plugin))
+    if defaults:
+        return str(defaults[0].extra["default_url"])
+    return "memory://"
 
 
 def config_schema(catalog: Catalog) -> dict[str, Any]:

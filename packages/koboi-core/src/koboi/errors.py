@@ -78,6 +78,24 @@ class SessionNotFound(StoreError):
     """No session with that id exists in the store."""
 
 
+class LeaseHeld(StoreError):
+    """Another process is running the session."""
+
+    def __init__(self, holder: str, expires_at: float) -> None:
+        import time
+
+        self.holder = holder
+        self.expires_at = expires_at
+        left = max(0.0, expires_at - time.time())
+        super().__init__(
+            f"session is being run by {holder} (its lease expires in {left:.0f} s unless renewed)"
+        )
+
+
+class FencedOut(StoreError):
+    """This process's lease on a session was taken over; it must not write any more."""
+
+
 class SandboxError(KoboiError):
     """The sandbox refused or failed to run something."""
 

@@ -99,11 +99,13 @@ def koboi_register_sandboxes(register: Callable[..., None]) -> None:
 def koboi_register_stores(register: Callable[..., None]) -> None:
     """Register store backends by URL scheme.
 
-    :param register: ``register(scheme, factory, *, description="")``.
+    :param register: ``register(scheme, factory, *, description="", default_url=None)``.
         ``factory(url, base_dir)`` returns a :class:`koboi.Store` for a
         ``store.url`` whose scheme (the part before ``:``, without a ``+driver``
         suffix) is ``scheme``; ``base_dir`` is the directory of the config file,
-        against which relative paths resolve.
+        against which relative paths resolve. A store that should be used when
+        a config sets no ``store.url`` (and ``KOBOI_STORE`` is unset) passes its
+        ``default_url``.
 
     Called once per plugin host. Sync only.
     """

@@ -17,6 +17,8 @@ Event types and their data (all JSON):
 ``approval_decided``       ``step``, ``call_id``, ``approved``, ``reason``, ``decided_by``
 ``tool_call_started``      ``step``, ``call_id``, ``name``, ``arguments``, ``idempotent``
 ``tool_call_finished``     ``step``, ``call_id``, ``name``, ``content``, ``is_error``
+``tool_call_interrupted``  ``step``, ``call_id``, ``name``, ``policy`` (resume found it in doubt)
+``run_resumed``            ``after_seq``, ``step``, ``holder``
 ``run_finished``           ``outcome``, ``output``, ``steps``, ``usage``, ``error``
 =========================  ============================================================
 """
@@ -24,9 +26,10 @@ Event types and their data (all JSON):
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
-from koboi.messages import Message, ModelResponse
+from koboi.messages import Message, ModelResponse, ToolCall, Usage
 
 RUN_STARTED = "run_started"
 MODEL_CALL_STARTED = "model_call_started"
@@ -37,6 +40,8 @@ APPROVAL_REQUESTED = "approval_requested"
 APPROVAL_DECIDED = "approval_decided"
 TOOL_CALL_STARTED = "tool_call_started"
 TOOL_CALL_FINISHED = "tool_call_finished"
+TOOL_CALL_INTERRUPTED = "tool_call_interrupted"
+RUN_RESUMED = "run_resumed"
 RUN_FINISHED = "run_finished"
 
 EVENT_TYPES = (
@@ -49,6 +54,8 @@ EVENT_TYPES = (
     APPROVAL_DECIDED,
     TOOL_CALL_STARTED,
     TOOL_CALL_FINISHED,
+    TOOL_CALL_INTERRUPTED,
+    RUN_RESUMED,
     RUN_FINISHED,
 )
 
@@ -88,14 +95,111 @@ def fold_messages(events: Iterable[Any]) -> list[Message]:
             messages.append(response.message)
             for call in response.message.tool_calls:
                 pending[call.id] = (call, None)
-        elif kind in (TOOL_CALL_FINISHED, TOOL_CALL_REFUSED):
+        elif kind in (TOOL_CALL_FINISHED, TOOL_CALL_REFUSED, TOOL_CALL_INTERRUPTED):
             entry = pending.get(str(data.get("call_id")))
             if entry is None:
                 continue
             if kind == TOOL_CALL_FINISHED:
                 outcome = (str(data.get("content", "")), bool(data.get("is_error")))
+            elif kind == TOOL_CALL_INTERRUPTED:
+                outcome = (INTERRUPTED_RESULT, True)
             else:
                 outcome = (str(data.get("reason", "refused")), True)
             pending[str(data.get("call_id"))] = (entry[0], outcome)
     close_pending()
     return messages
+
+
+@dataclass
+class PendingCall:
+    """A tool call of the last model response that has no recorded outcome."""
+
+    call: ToolCall
+    step: int
+    started: bool = False
+    idempotent: bool = False
+    #: (content, is_error) when the journal already has the call's outcome.
+    outcome: tuple[str, bool] | None = None
+
+
+@dataclass
+class SessionState:
+    """What a session's journal says, folded: enough to continue or resume it."""
+
+    #: The conversation so far (without the system prompt); for an interrupted
+    #: run, without results for ``pending`` calls.
+    messages: list[Message] = field(default_factory=list)
+    #: Sequence number of the last event.
+    last_seq: int = 0
+    #: True when a run started and has not finished (the process died or was killed).
+    interrupted: bool = False
+    #: Model calls finished in the interrupted run.
+    step: int = 0
+    #: Usage of the interrupted run so far.
+    usage: Usage = field(default_factory=Usage)
+    #: For an interrupted run: every call of the last model response, in the model's
+    #: order, with the outcome the journal has for it (None when it has none).
+    pending: list[PendingCall] = field(default_factory=list)
+    #: How the last finished run ended (``completed``, ``failed``...), if any.
+    last_outcome: str | None = None
+
+
+def fold_state(events: Iterable[Any]) -> SessionState:
+    """Fold a journal into a :class:`SessionState` (the inverse of what the loop wrote)."""
+    state = SessionState()
+    done: dict[str, tuple[str, bool]] = {}
+    pending: dict[str, PendingCall] = {}
+    order: list[str] = []
+    messages = state.messages
+
+    def settle() -> None:
+        for call_id in order:
+            entry = pending[call_id]
+            content, is_error = done.get(call_id, (INTERRUPTED_RESULT, True))
+            messages.append(Message.tool_result(entry.call, content, is_error=is_error))
+        pending.clear()
+        done.clear()
+        order.clear()
+
+    for event in events:
+        kind, data = event.type, event.data
+        state.last_seq = event.seq
+        if kind == RUN_STARTED:
+            settle()
+            messages.append(Message.user(str(data.get("input", ""))))
+            state.interrupted, state.step, state.usage = True, 0, Usage()
+        elif kind == MODEL_CALL_FINISHED:
+            settle()
+            response = ModelResponse.model_validate(data["response"])
+            messages.append(response.message)
+            state.step = int(data.get("step", state.step + 1))
+            state.usage = state.usage + response.usage
+            for call in response.message.tool_calls:
+                pending[call.id] = PendingCall(call, state.step)
+                order.append(call.id)
+        elif kind == TOOL_CALL_STARTED:
+            entry = pending.get(str(data.get("call_id")))
+            if entry is not None:
+                entry.started = True
+                entry.idempotent = bool(data.get("idempotent"))
+        elif kind in (TOOL_CALL_FINISHED, TOOL_CALL_REFUSED, TOOL_CALL_INTERRUPTED):
+            call_id = str(data.get("call_id"))
+            if call_id not in pending:
+                continue
+            if kind == TOOL_CALL_FINISHED:
+                done[call_id] = (str(data.get("content", "")), bool(data.get("is_error")))
+            elif kind == TOOL_CALL_INTERRUPTED:
+                done[call_id] = (INTERRUPTED_RESULT, True)
+            else:
+                done[call_id] = (str(data.get("reason", "refused")), True)
+        elif kind == RUN_FINISHED:
+            settle()
+            state.interrupted = False
+            state.last_outcome = str(data.get("outcome"))
+    if state.interrupted:
+        for call_id in order:
+            pending[call_id].outcome = done.get(call_id)
+        state.pending = [pending[c] for c in order]
+    else:
+        settle()
+    return state

@@ -12,7 +12,8 @@ the last thing yielded.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
@@ -20,7 +21,7 @@ import anyio
 
 from koboi import journal as J
 from koboi.approval import ApprovalRequest, Approver, arguments_hash
-from koboi.errors import KoboiError, ToolArgumentError, ToolError
+from koboi.errors import FencedOut, KoboiError, ToolArgumentError, ToolError
 from koboi.events import (
     AgentEvent,
     FinalEvent,
@@ -39,9 +40,8 @@ from koboi.messages import (
     ResponseDone,
     TextDelta,
     ToolCall,
-    Usage,
 )
-from koboi.store import JournalEvent, NewEvent, Store
+from koboi.store import Lease, NewEvent, Store
 from koboi.tools import Risk, Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
@@ -50,6 +50,11 @@ if TYPE_CHECKING:
     from koboi.sandbox import Sandbox
 
 _RISK_RANK = {Risk.SAFE: 0, Risk.MODERATE: 1, Risk.DESTRUCTIVE: 2}
+
+
+@dataclass
+class _Guard:
+    final: FinalEvent | None = None
 
 
 @dataclass
@@ -120,16 +125,31 @@ class HistoryView(Sequence[Message]):
 
 
 class AgentRun:
-    """One run of the loop for one user message in one session."""
+    """One run of the loop in one session: a new user message, or the resumption of one.
 
-    def __init__(self, parts: LoopParts, session_id: str, history: list[Message]) -> None:
+    Journal writes are batched so a step costs at most two durable commits: an
+    event that ends a piece of work is committed together with the event that
+    starts the next one. Nothing is ever left uncommitted when an effect (a
+    model call, a tool call, a wait for a human) begins.
+    """
+
+    def __init__(
+        self,
+        parts: LoopParts,
+        session_id: str,
+        state: J.SessionState,
+        *,
+        lease: Lease | None = None,
+    ) -> None:
         self.parts = parts
         self.session_id = session_id
         self.config = parts.config
-        self.messages: list[Message] = history
-        self.usage = Usage()
-        self.step = 0
-        self.info = RunInfo(session_id=session_id, step=0, config=parts.config)
+        self.state = state
+        self.messages: list[Message] = state.messages
+        self.usage = state.usage
+        self.step = state.step
+        self.info = RunInfo(session_id=session_id, step=state.step, config=parts.config)
+        self.lease = lease
         icp = parts.interceptors
         self._before_model = [i for i in icp if overrides(i, "before_model_call")]
         self._after_model = [i for i in icp if overrides(i, "after_model_call")]
@@ -140,8 +160,18 @@ class AgentRun:
         self._specs = tuple(t.spec() for t in parts.tools.values())
         self._approval_rank = _RISK_RANK[Risk(parts.config.agent.approval_risk)]
         self._tool_timeout = parts.config.tools.timeout_seconds
+        self._lease_ttl = parts.config.agent.lease_seconds
         self._finished = False
-        self._conversation: list[Message] = history
+        self._fenced_out = False
+        self._final: FinalEvent | None = None
+        self._buffer: list[NewEvent] = []
+        self._next_seq = state.last_seq + 1
+        system = parts.config.agent.system_prompt
+        # One append-only list holds what the model sees (system prompt first); each
+        # request gets an O(1) view of it, never a copy.
+        self._conversation: list[Message] = (
+            [Message.system(system), *self.messages] if system else self.messages
+        )
 
     def _append(self, message: Message) -> None:
         self.messages.append(message)
@@ -150,117 +180,284 @@ class AgentRun:
 
     # -- journal ---------------------------------------------------------------
 
-    async def record(self, type_: str, data: Mapping[str, Any]) -> JournalEvent:
-        """Commit one event to the journal, then tell the observers."""
-        (event,) = await self.parts.store.append(self.session_id, (NewEvent(type_, data),))
-        for observer in self._observers:
-            with contextlib.suppress(Exception):
-                await observer.on_event(event, self.info)
-        return event
+    async def record(self, type_: str, data: Mapping[str, Any], *, commit: bool = True) -> int:
+        """Journal one event; return its sequence number.
 
-    # -- the loop ----------------------------------------------------------------
+        With ``commit=False`` the event waits for the next commit (the one that
+        announces the next piece of work), so ends and starts share a transaction.
+        """
+        self._buffer.append(NewEvent(type_, data))
+        seq = self._next_seq
+        self._next_seq += 1
+        if commit:
+            await self.flush()
+        return seq
+
+    async def flush(self) -> None:
+        """Commit the buffered events in one transaction, under this run's lease."""
+        if not self._buffer:
+            return
+        batch, self._buffer = self._buffer, []
+        fence = self.lease.fence if self.lease is not None else None
+        try:
+            stored = await self.parts.store.append(self.session_id, batch, fence=fence)
+        except FencedOut:
+            self._fenced_out = True
+            raise
+        if stored and stored[-1].seq != self._next_seq - 1:
+            raise KoboiError(
+                f"session {self.session_id!r} was written by someone else during this run "
+                f"(expected seq {self._next_seq - 1}, got {stored[-1].seq})"
+            )
+        await self._renew_if_due()
+        for event in stored:
+            for observer in self._observers:
+                with contextlib.suppress(Exception):
+                    await observer.on_event(event, self.info)
+
+    async def _renew_if_due(self) -> None:
+        lease = self.lease
+        if lease is None or lease.expires_at - time.time() > self._lease_ttl / 2:
+            return
+        try:
+            self.lease = await self.parts.store.renew_lease(lease, self._lease_ttl)
+        except FencedOut:
+            self._fenced_out = True
+            raise
+
+    @contextlib.asynccontextmanager
+    async def _keepalive(self) -> AsyncIterator[None]:
+        """Keep the lease alive while waiting on something slow (never spans a yield)."""
+        if self.lease is None:
+            yield
+            return
+
+        async def renew() -> None:
+            while True:
+                await anyio.sleep(self._lease_ttl / 3)
+                await self._renew_if_due()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(renew)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+
+    # -- entry points --------------------------------------------------------------
 
     async def execute(self, user_input: str) -> AsyncGenerator[AgentEvent, None]:
-        """Run the loop, yielding events; the last one is always a FinalEvent."""
+        """Run the loop for a new user message; the last event is always a FinalEvent."""
         config = self.config
-        await self.parts.store.set_status(self.session_id, "running")
-        await self.record(
-            J.RUN_STARTED,
-            {
-                "input": user_input,
-                "agent": config.agent.name,
-                "config_hash": config.config_hash,
-            },
-        )
-        self.messages.append(Message.user(user_input))
-        # One append-only list holds what the model sees (system prompt first); each
-        # request gets an O(1) view of it, never a copy.
-        conversation = self.messages
-        if config.agent.system_prompt:
-            conversation = [Message.system(config.agent.system_prompt), *self.messages]
-        self._conversation = conversation
-        try:
-            final_text = ""
-            for step in range(1, config.agent.max_iterations + 1):
-                self.step = self.info.step = step
-                request = ModelRequest.model_construct(
-                    messages=HistoryView(conversation, len(conversation)),
-                    tools=self._specs,
-                    options={},
-                    response_format=None,
-                )
-                for icp in self._before_model:
-                    request = await icp.before_model_call(request, self.info) or request
-                await self.record(J.MODEL_CALL_STARTED, {"step": step})
-                response: ModelResponse | None = None
-                try:
-                    if config.agent.stream:
-                        async for item in self.parts.provider.stream(request):
-                            if isinstance(item, TextDelta):
-                                yield TextDeltaEvent(item.text, step)
-                            elif isinstance(item, ResponseDone):
-                                response = item.response
-                        if response is None:
-                            raise KoboiError("the provider's stream ended without a response")
-                    else:
-                        response = await self.parts.provider.complete(request)
-                        if response.message.content:
-                            yield TextDeltaEvent(response.message.content, step)
-                except Exception as exc:
-                    error = _describe(exc)
-                    await self.record(J.MODEL_CALL_FAILED, {"step": step, "error": error})
-                    yield await self._finish("failed", final_text, error)
-                    return
-                for icp in self._after_model:
-                    response = await icp.after_model_call(response, self.info) or response
-                finished = await self.record(
-                    J.MODEL_CALL_FINISHED,
-                    {
-                        "step": step,
-                        "response": response.model_dump(mode="json", exclude_defaults=True),
-                    },
-                )
-                self.usage = self.usage + response.usage
-                message = response.message
-                self._append(message)
-                final_text = message.content
-                yield StepEvent(step, response.usage, len(message.tool_calls), finished.seq)
-                if not message.tool_calls:
-                    yield await self._finish("completed", final_text)
-                    return
-                for call in message.tool_calls:
-                    yield ToolCallEvent(call, step)
-                if config.agent.parallel_tool_calls and len(message.tool_calls) > 1:
-                    results = await self._run_parallel(message.tool_calls, step)
-                else:
-                    results = [await self._run_tool_call(c, step) for c in message.tool_calls]
-                for result_message, event in results:
-                    self._append(result_message)
-                    yield event
-            yield await self._finish(
-                "max_iterations",
-                final_text,
-                f"stopped after {config.agent.max_iterations} model calls without a final answer "
-                "(agent.max_iterations)",
+        async with self._guard() as guard:
+            await self.parts.store.set_status(self.session_id, "running", fence=self._fence())
+            await self.record(
+                J.RUN_STARTED,
+                {
+                    "input": user_input,
+                    "agent": config.agent.name,
+                    "config_hash": config.config_hash,
+                },
+                commit=False,
             )
+            self._append(Message.user(user_input))
+            async for event in self._loop(1, ""):
+                yield event
+        if guard.final is not None:
+            yield guard.final
+
+    async def resume(self) -> AsyncGenerator[AgentEvent, None]:
+        """Finish an interrupted run from its journal.
+
+        Tool calls that completed are never run again (their results come from
+        the journal); a call the model asked for that never started runs now; a
+        call that started and never finished runs again only if its tool is
+        idempotent, otherwise ``agent.on_interrupted_tool`` decides. A model call
+        that never finished is asked again.
+        """
+        state = self.state
+        async with self._guard() as guard:
+            await self.parts.store.set_status(self.session_id, "running", fence=self._fence())
+            await self.record(
+                J.RUN_RESUMED,
+                {
+                    "after_seq": state.last_seq,
+                    "step": state.step,
+                    "holder": self.lease.holder if self.lease else None,
+                },
+                commit=False,
+            )
+            self.step = self.info.step = state.step
+            results = []
+            ended = False
+            last = self.messages[-1] if self.messages else None
+            if not state.pending and last is not None and last.role == "assistant":
+                # The final answer was journaled; only "run_finished" was lost.
+                self._final = await self._finish("completed", last.content)
+                ended = True
+            for pending in state.pending if not ended else ():
+                if pending.outcome is not None:
+                    content, is_error = pending.outcome  # done before the crash: never re-run
+                    results.append(
+                        (
+                            Message.tool_result(pending.call, content, is_error=is_error),
+                            ToolResultEvent(
+                                pending.call.id, pending.call.name, content, is_error, pending.step
+                            ),
+                        )
+                    )
+                    continue
+                outcome = await self._resume_call(pending)
+                if outcome is None:
+                    ended = True
+                    break
+                results.append(outcome)
+            if not ended:
+                for result_message, result_event in results:
+                    self._append(result_message)
+                    yield result_event
+                async for event in self._loop(state.step + 1, ""):
+                    yield event
+        if guard.final is not None:
+            yield guard.final
+
+    async def _resume_call(self, pending: J.PendingCall) -> tuple[Message, ToolResultEvent] | None:
+        """Settle one call left without an outcome. None: the run was ended (policy 'fail')."""
+        call, step = pending.call, pending.step
+        if not pending.started or pending.idempotent:
+            return await self._run_tool_call(call, step)
+        policy = self.config.agent.on_interrupted_tool
+        if policy == "ask":
+            tool = self.parts.tools.get(call.name)
+            if tool is not None:
+                args = tool.parse_arguments(call.arguments)
+                refusal = await self._approve(
+                    PendingToolCall(call=call, tool=tool, args=args, step=step),
+                    [
+                        Verdict(
+                            "ask",
+                            "this call was interrupted and its outcome is unknown; run it again?",
+                            stage="resume",
+                        )
+                    ],
+                )
+                if refusal is None:
+                    return await self._run_tool_call(call, step)
+        seq = await self.record(
+            J.TOOL_CALL_INTERRUPTED,
+            {"step": step, "call_id": call.id, "name": call.name, "policy": policy},
+            commit=False,
+        )
+        if policy == "fail":
+            self._final = await self._finish(
+                "failed",
+                "",
+                f"tool call '{call.name}' ({call.id}) was interrupted and its outcome is unknown "
+                "(agent.on_interrupted_tool: fail)",
+            )
+            return None
+        return (
+            Message.tool_result(call, J.INTERRUPTED_RESULT, is_error=True),
+            ToolResultEvent(call.id, call.name, J.INTERRUPTED_RESULT, True, step, "resume", seq),
+        )
+
+    def _fence(self) -> int | None:
+        return self.lease.fence if self.lease is not None else None
+
+    @contextlib.asynccontextmanager
+    async def _guard(self) -> AsyncIterator[_Guard]:
+        """Whatever ends the run, journal how it ended (unless the lease was lost)."""
+        guard = _Guard()
+        self._final = None
+        try:
+            yield guard
+            guard.final = self._final
+        except FencedOut:
+            raise
         except Exception as exc:
-            if self._finished:
+            if self._finished or self._fenced_out:
                 raise
             try:
-                final = await self._finish("failed", "", _describe(exc))
+                guard.final = await self._finish("failed", "", _describe(exc))
             except Exception:
                 raise exc from None
-            yield final
         finally:
-            if not self._finished:
+            if not self._finished and not self._fenced_out:
                 # Cancelled, or the caller stopped listening: record it, whatever happens next.
                 with anyio.CancelScope(shield=True):
                     await self._finish("cancelled", "", "the run was cancelled")
 
+    # -- the loop ----------------------------------------------------------------
+
+    async def _loop(self, first_step: int, final_text: str) -> AsyncGenerator[AgentEvent, None]:
+        config = self.config
+        conversation = self._conversation
+        for step in range(first_step, config.agent.max_iterations + 1):
+            self.step = self.info.step = step
+            request = ModelRequest.model_construct(
+                messages=HistoryView(conversation, len(conversation)),
+                tools=self._specs,
+                options={},
+                response_format=None,
+            )
+            for icp in self._before_model:
+                request = await icp.before_model_call(request, self.info) or request
+            await self.record(J.MODEL_CALL_STARTED, {"step": step})
+            response: ModelResponse | None = None
+            try:
+                if config.agent.stream:
+                    async for item in self.parts.provider.stream(request):
+                        if isinstance(item, TextDelta):
+                            yield TextDeltaEvent(item.text, step)
+                        elif isinstance(item, ResponseDone):
+                            response = item.response
+                    if response is None:
+                        raise KoboiError("the provider's stream ended without a response")
+                else:
+                    async with self._keepalive():
+                        response = await self.parts.provider.complete(request)
+                    if response.message.content:
+                        yield TextDeltaEvent(response.message.content, step)
+            except Exception as exc:
+                error = _describe(exc)
+                await self.record(J.MODEL_CALL_FAILED, {"step": step, "error": error}, commit=False)
+                self._final = await self._finish("failed", final_text, error)
+                return
+            for icp in self._after_model:
+                response = await icp.after_model_call(response, self.info) or response
+            seq = await self.record(
+                J.MODEL_CALL_FINISHED,
+                {"step": step, "response": response.model_dump(mode="json", exclude_defaults=True)},
+                commit=False,
+            )
+            self.usage = self.usage + response.usage
+            message = response.message
+            self._append(message)
+            final_text = message.content
+            yield StepEvent(step, response.usage, len(message.tool_calls), seq)
+            if not message.tool_calls:
+                self._final = await self._finish("completed", final_text)
+                return
+            for call in message.tool_calls:
+                yield ToolCallEvent(call, step)
+            if config.agent.parallel_tool_calls and len(message.tool_calls) > 1:
+                results = await self._run_parallel(message.tool_calls, step)
+            else:
+                results = [await self._run_tool_call(c, step) for c in message.tool_calls]
+            for result_message, event in results:
+                self._append(result_message)
+                yield event
+        self._final = await self._finish(
+            "max_iterations",
+            final_text,
+            f"stopped after {config.agent.max_iterations} model calls without a final answer "
+            "(agent.max_iterations)",
+        )
+
     async def _finish(self, outcome: Outcome, output: str, error: str | None = None) -> FinalEvent:
         self._finished = True
         usage = self.usage
-        event = await self.record(
+        seq = await self.record(
             J.RUN_FINISHED,
             {
                 "outcome": outcome,
@@ -276,7 +473,11 @@ class AgentRun:
             "failed": "failed",
             "cancelled": "interrupted",
         }[outcome]
-        await self.parts.store.set_status(self.session_id, status)  # type: ignore[arg-type]
+        await self.parts.store.set_status(
+            self.session_id,
+            status,  # type: ignore[arg-type]
+            fence=self._fence(),
+        )
         result = RunResult(
             session_id=self.session_id,
             outcome=outcome,
@@ -286,7 +487,7 @@ class AgentRun:
             messages=list(self.messages),
             error=error,
         )
-        return FinalEvent(result, event.seq)
+        return FinalEvent(result, seq)
 
     async def _run_parallel(
         self, calls: Sequence[ToolCall], step: int
@@ -307,7 +508,7 @@ class AgentRun:
         """The documented pipeline of one call; see koboi.interceptors for the order."""
         decided = await self._decide(call, step)
         if isinstance(decided, _Refusal):
-            event = await self.record(
+            seq = await self.record(
                 J.TOOL_CALL_REFUSED,
                 {
                     "step": step,
@@ -316,12 +517,11 @@ class AgentRun:
                     "stage": decided.stage,
                     "reason": decided.reason,
                 },
+                commit=False,
             )
             return (
                 Message.tool_result(call, decided.reason, is_error=True),
-                ToolResultEvent(
-                    call.id, call.name, decided.reason, True, step, decided.stage, event.seq
-                ),
+                ToolResultEvent(call.id, call.name, decided.reason, True, step, decided.stage, seq),
             )
         pending = decided
         tool = pending.tool
@@ -345,10 +545,11 @@ class AgentRun:
                 "idempotent": tool.idempotent,
             },
         )
-        result = await self._invoke(pending, ctx)
+        async with self._keepalive():
+            result = await self._invoke(pending, ctx)
         for icp in self._after_tool:
             result = await icp.after_tool_call(pending, result, self.info) or result
-        event = await self.record(
+        seq = await self.record(
             J.TOOL_CALL_FINISHED,
             {
                 "step": step,
@@ -357,12 +558,11 @@ class AgentRun:
                 "content": result.content,
                 "is_error": result.is_error,
             },
+            commit=False,
         )
         return (
             Message.tool_result(call, result.content, is_error=result.is_error),
-            ToolResultEvent(
-                call.id, call.name, result.content, result.is_error, step, None, event.seq
-            ),
+            ToolResultEvent(call.id, call.name, result.content, result.is_error, step, None, seq),
         )
 
     async def _decide(self, call: ToolCall, step: int) -> PendingToolCall | _Refusal:
@@ -431,7 +631,8 @@ class AgentRun:
             },
         )
         try:
-            decision = await self.parts.approver.decide(request)
+            async with self._keepalive():
+                decision = await self.parts.approver.decide(request)
         except Exception as exc:
             approved, why, by = (
                 False,

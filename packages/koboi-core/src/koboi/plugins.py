@@ -428,14 +428,21 @@ def _registrar(
     if hook == "koboi_register_stores":
 
         def register_store(
-            scheme: str, factory: Callable[..., Any], *, description: str = ""
+            scheme: str,
+            factory: Callable[..., Any],
+            *,
+            description: str = "",
+            default_url: str | None = None,
         ) -> None:
             if not callable(factory):
                 raise RegistrationError(f"store {scheme!r}: factory must be callable")
+            extra = {"default_url": default_url} if default_url else {}
             staged.append(
                 (
                     catalog.stores,
-                    Registration("store", scheme, factory, plugin, description=description),
+                    Registration(
+                        "store", scheme, factory, plugin, description=description, extra=extra
+                    ),
                 )
             )
 

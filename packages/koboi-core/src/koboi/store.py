@@ -13,11 +13,11 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, Literal
 
-from koboi.errors import SessionNotFound, StoreError
+from koboi.errors import FencedOut, LeaseHeld, SessionNotFound, StoreError
 
 SessionStatus = Literal["created", "running", "completed", "failed", "interrupted", "cancelled"]
 
@@ -53,6 +53,23 @@ class SessionInfo:
     config_hash: str = ""
     owner: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    #: Sequence number of the session's last event (0 when it has none).
+    last_seq: int = 0
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The right to run a session, held by one process at a time.
+
+    ``fence`` grows every time the session changes hands; a write that carries
+    a fence older than the session's current one is refused, so a paused
+    "zombie" process can never record anything after another took over.
+    """
+
+    session_id: str
+    holder: str
+    fence: int
+    expires_at: float
 
 
 def _json_copy(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -116,12 +133,69 @@ class Store(ABC):
         """Sessions, most recently updated first, filtered by status and owner."""
 
     @abstractmethod
-    async def set_status(self, session_id: str, status: SessionStatus) -> SessionInfo:
-        """Change a session's status (and its ``updated_at``)."""
+    async def set_status(
+        self, session_id: str, status: SessionStatus, *, fence: int | None = None
+    ) -> SessionInfo:
+        """Change a session's status (and its ``updated_at``); ``fence`` as for :meth:`append`."""
 
     @abstractmethod
-    async def append(self, session_id: str, events: Sequence[NewEvent]) -> list[JournalEvent]:
-        """Append events atomically, in order; return them with their sequence numbers."""
+    async def append(
+        self, session_id: str, events: Sequence[NewEvent], *, fence: int | None = None
+    ) -> list[JournalEvent]:
+        """Append events atomically (one transaction), in order; return them with their seq.
+
+        With ``fence``, the session's current lease fence must equal it, checked in
+        the same transaction; otherwise raise :class:`FencedOut` and write nothing.
+        """
+
+    @abstractmethod
+    async def acquire_lease(self, session_id: str, holder: str, ttl: float) -> Lease:
+        """Take the session for ``holder`` for ``ttl`` seconds.
+
+        Succeeds when the session has no lease, an expired one, or one held by
+        ``holder`` (which is then extended, same fence). Taking it from anyone
+        else (after expiry) or taking a free session increments the fence.
+        Raises :class:`LeaseHeld` naming the current holder otherwise.
+        """
+
+    @abstractmethod
+    async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        """Extend a lease still held; :class:`FencedOut` if another process took over."""
+
+    @abstractmethod
+    async def release_lease(self, lease: Lease) -> None:
+        """Give the session up (a no-op when the lease was already taken over)."""
+
+    @abstractmethod
+    async def match_sessions(self, prefix: str, *, limit: int = 10) -> list[str]:
+        """Ids of sessions that start with ``prefix`` (at most ``limit``)."""
+
+    async def resolve_session(self, ref: str) -> SessionInfo:
+        """A session by full id, unique id prefix, or ``last`` (the most recently updated).
+
+        A prefix that matches nothing or several sessions is an error that says
+        so; it never creates a session.
+        """
+        if ref == "last":
+            latest = await self.list_sessions(limit=1)
+            if not latest:
+                raise SessionNotFound("there are no sessions in this store yet")
+            return latest[0]
+        if not ref:
+            raise SessionNotFound("empty session id")
+        try:
+            return await self.get_session(ref)
+        except SessionNotFound:
+            pass
+        found = await self.match_sessions(ref, limit=6)
+        if not found:
+            raise SessionNotFound(f"no session id starts with {ref!r}")
+        if len(found) > 1:
+            shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
+            raise SessionNotFound(
+                f"session prefix {ref!r} is ambiguous: it matches {shown}; give more characters"
+            )
+        return await self.get_session(found[0])
 
     @abstractmethod
     async def read(
@@ -138,6 +212,8 @@ class InMemoryStore(Store):
     def __init__(self) -> None:
         self._sessions: dict[str, SessionInfo] = {}
         self._events: dict[str, list[JournalEvent]] = {}
+        self._leases: dict[str, Lease] = {}
+        self._fences: dict[str, int] = {}
 
     async def create_session(
         self,
@@ -183,25 +259,24 @@ class InMemoryStore(Store):
         found.sort(key=lambda s: (s.updated_at, s.created_at), reverse=True)
         return found[:limit]
 
-    async def set_status(self, session_id: str, status: SessionStatus) -> SessionInfo:
+    async def set_status(
+        self, session_id: str, status: SessionStatus, *, fence: int | None = None
+    ) -> SessionInfo:
         info = await self.get_session(session_id)
-        updated = SessionInfo(
-            id=info.id,
-            status=status,
-            created_at=info.created_at,
-            updated_at=time.time(),
-            config_name=info.config_name,
-            config_hash=info.config_hash,
-            owner=info.owner,
-            metadata=info.metadata,
-        )
+        if fence is not None:
+            self._check_fence(session_id, fence)
+        updated = replace(info, status=status, updated_at=time.time())
         self._sessions[session_id] = updated
         return updated
 
-    async def append(self, session_id: str, events: Sequence[NewEvent]) -> list[JournalEvent]:
+    async def append(
+        self, session_id: str, events: Sequence[NewEvent], *, fence: int | None = None
+    ) -> list[JournalEvent]:
         log = self._events.get(session_id)
         if log is None:
             raise SessionNotFound(f"no session {session_id!r} in this store")
+        if fence is not None:
+            self._check_fence(session_id, fence)
         now = time.time()
         start = len(log)
         # Store a copy in JSON form, as a durable store would: later changes to the
@@ -214,7 +289,48 @@ class InMemoryStore(Store):
         except (TypeError, ValueError) as exc:
             raise StoreError(f"journal event data must be JSON: {exc}") from None
         log.extend(stored)
+        if stored:
+            info = self._sessions[session_id]
+            self._sessions[session_id] = replace(info, updated_at=now, last_seq=stored[-1].seq)
         return stored
+
+    def _check_fence(self, session_id: str, fence: int) -> None:
+        current = self._leases.get(session_id)
+        if current is None or current.fence != fence:
+            holder = current.holder if current else "nobody"
+            raise FencedOut(
+                f"session {session_id!r} was taken over (now held by {holder}); "
+                "this process must stop writing to it"
+            )
+
+    async def acquire_lease(self, session_id: str, holder: str, ttl: float) -> Lease:
+        await self.get_session(session_id)
+        now = time.time()
+        current = self._leases.get(session_id)
+        if current is not None and current.holder != holder and current.expires_at > now:
+            raise LeaseHeld(current.holder, current.expires_at)
+        if current is not None and current.holder == holder:
+            fence = current.fence
+        else:
+            fence = self._fences.get(session_id, 0) + 1
+            self._fences[session_id] = fence
+        lease = Lease(session_id, holder, fence, now + ttl)
+        self._leases[session_id] = lease
+        return lease
+
+    async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        self._check_fence(lease.session_id, lease.fence)
+        renewed = replace(lease, expires_at=time.time() + ttl)
+        self._leases[lease.session_id] = renewed
+        return renewed
+
+    async def release_lease(self, lease: Lease) -> None:
+        current = self._leases.get(lease.session_id)
+        if current is not None and current.fence == lease.fence:
+            self._leases[lease.session_id] = replace(current, expires_at=0.0)
+
+    async def match_sessions(self, prefix: str, *, limit: int = 10) -> list[str]:
+        return sorted(sid for sid in self._sessions if sid.startswith(prefix))[:limit]
 
     async def read(
         self, session_id: str, *, after: int = 0, limit: int | None = None
