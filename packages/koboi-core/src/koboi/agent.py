@@ -14,7 +14,7 @@ import contextlib
 import os
 import socket
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, aclosing
 from pathlib import Path
 from types import TracebackType
@@ -81,6 +81,7 @@ class KoboiAgent:
         self._parts: LoopParts | None = None
         self._stack: AsyncExitStack | None = None
         self._session_locks: dict[str, anyio.Lock] = {}
+        self._active_runs: set[AgentRun] = set()
         #: Who holds a session's lease while this agent runs it: host, process, agent.
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -122,12 +123,15 @@ class KoboiAgent:
             config = self.config
             store = self._store or self._build_store(catalog)
             await store.open()
-            stack.push_async_callback(store.close)
+            stack.push_async_callback(_shielded(store.close))
             provider = self._provider or self._build_provider(catalog)
-            stack.push_async_callback(provider.aclose)
+            stack.push_async_callback(_shielded(provider.aclose))
             sandbox = self._sandbox or self._build_sandbox(catalog)
-            stack.push_async_callback(sandbox.aclose)
+            stack.push_async_callback(_shielded(sandbox.aclose))
             tools = self._build_tools(catalog)
+            keeper_group = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(keeper_group.cancel_scope.cancel)  # unwinds before the group exits
+            keeper_group.start_soon(self._keep_leases)
             interceptors = sorted(
                 [*self.host.interceptors(config), *self._extra_interceptors],
                 key=lambda i: i.priority,
@@ -147,12 +151,27 @@ class KoboiAgent:
             resources=self._resources,
         )
 
+    async def _keep_leases(self) -> None:
+        """Renew the lease of every run in progress while it waits on something slow.
+
+        One task for the agent, not one per call: a run renews at each commit
+        anyway; this covers a long model call, tool call or wait for a human.
+        """
+        ttl = self.config.agent.lease_seconds
+        while True:
+            await anyio.sleep(ttl / 3)
+            for run in list(self._active_runs):
+                with contextlib.suppress(Exception):
+                    # A lost lease is noticed by the run at its next write.
+                    await run._renew_if_due(margin=2 / 3)
+
     async def close(self) -> None:
         """Close what :meth:`open` built, in reverse order."""
         stack, self._stack, self._parts = self._stack, None, None
         if stack is not None:
-            with anyio.CancelScope(shield=True):
-                await stack.aclose()
+            # Not shielded as a whole: the keeper's task group must exit in this task's
+            # own cancel scope. Each resource's close is shielded instead (_shielded).
+            await stack.aclose()
 
     async def __aenter__(self) -> KoboiAgent:
         await self.open()
@@ -263,9 +282,13 @@ class KoboiAgent:
             )
         async with self._hold(parts, sid) as lease:
             run = AgentRun(parts, sid, state, lease=lease)
-            async with aclosing(run.execute(message)) as events:
-                async for event in events:
-                    yield event
+            self._active_runs.add(run)
+            try:
+                async with aclosing(run.execute(message)) as events:
+                    async for event in events:
+                        yield event
+            finally:
+                self._active_runs.discard(run)
 
     async def resume(self, session_id: str) -> AsyncGenerator[AgentEvent, None]:
         """Finish the interrupted run of a session, yielding its events (see AgentRun.resume).
@@ -284,9 +307,13 @@ class KoboiAgent:
                     f"session {info.id} has no interrupted run to resume (its last run: {outcome})"
                 )
             run = AgentRun(parts, info.id, state, lease=lease)
-            async with aclosing(run.resume()) as events:
-                async for event in events:
-                    yield event
+            self._active_runs.add(run)
+            try:
+                async with aclosing(run.resume()) as events:
+                    async for event in events:
+                        yield event
+            finally:
+                self._active_runs.discard(run)
 
     async def resume_run(self, session_id: str) -> RunResult:
         """:meth:`resume` to the end and return the result."""
@@ -327,3 +354,13 @@ class KoboiAgent:
             config_hash=config.config_hash,
         )
         return info.id, J.SessionState()
+
+
+def _shielded(close: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    """A close callback that finishes even when the closing task is being cancelled."""
+
+    async def run() -> None:
+        with anyio.CancelScope(shield=True):
+            await close()
+
+    return run

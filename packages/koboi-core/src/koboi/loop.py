@@ -215,34 +215,22 @@ class AgentRun:
                 with contextlib.suppress(Exception):
                     await observer.on_event(event, self.info)
 
-    async def _renew_if_due(self) -> None:
+    async def _renew_if_due(self, *, margin: float = 0.5) -> None:
+        """Renew the lease when less than ``margin`` of its time is left.
+
+        Called after every commit, and by the agent's lease keeper while the run
+        waits on something slow (a model, a tool, a human).
+        """
         lease = self.lease
-        if lease is None or lease.expires_at - time.time() > self._lease_ttl / 2:
+        if lease is None or self._fenced_out:
+            return
+        if lease.expires_at - time.time() > self._lease_ttl * margin:
             return
         try:
             self.lease = await self.parts.store.renew_lease(lease, self._lease_ttl)
         except FencedOut:
             self._fenced_out = True
             raise
-
-    @contextlib.asynccontextmanager
-    async def _keepalive(self) -> AsyncIterator[None]:
-        """Keep the lease alive while waiting on something slow (never spans a yield)."""
-        if self.lease is None:
-            yield
-            return
-
-        async def renew() -> None:
-            while True:
-                await anyio.sleep(self._lease_ttl / 3)
-                await self._renew_if_due()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(renew)
-            try:
-                yield
-            finally:
-                tg.cancel_scope.cancel()
 
     # -- entry points --------------------------------------------------------------
 
@@ -414,8 +402,7 @@ class AgentRun:
                     if response is None:
                         raise KoboiError("the provider's stream ended without a response")
                 else:
-                    async with self._keepalive():
-                        response = await self.parts.provider.complete(request)
+                    response = await self.parts.provider.complete(request)
                     if response.message.content:
                         yield TextDeltaEvent(response.message.content, step)
             except Exception as exc:
@@ -545,8 +532,7 @@ class AgentRun:
                 "idempotent": tool.idempotent,
             },
         )
-        async with self._keepalive():
-            result = await self._invoke(pending, ctx)
+        result = await self._invoke(pending, ctx)
         for icp in self._after_tool:
             result = await icp.after_tool_call(pending, result, self.info) or result
         seq = await self.record(
@@ -631,8 +617,7 @@ class AgentRun:
             },
         )
         try:
-            async with self._keepalive():
-                decision = await self.parts.approver.decide(request)
+            decision = await self.parts.approver.decide(request)
         except Exception as exc:
             approved, why, by = (
                 False,
