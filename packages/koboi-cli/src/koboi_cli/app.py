@@ -8,11 +8,13 @@ loop and the plugins are imported inside the commands that use them.
 from __future__ import annotations
 
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from koboi_cli._click import click
 from koboi_cli.errors import DEBUG_KEY, debug_from_env
 from koboi_cli.group import KoboiGroup
 from koboi_cli.style import write
@@ -81,15 +83,29 @@ def run(
     ctx: typer.Context,
     config: ConfigArg,
     message: Annotated[
-        str, typer.Option("--message", "-m", help="The user message to run.", show_default=False)
-    ],
+        str | None,
+        typer.Option("--message", "-m", help="The user message to run (required unless --resume)."),
+    ] = None,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            "--resume",
+            metavar="ID|last",
+            help="Finish the interrupted run of this session (full id, unique prefix or last).",
+        ),
+    ] = None,
     as_json: Annotated[
         bool,
         typer.Option("--json", help="Print only one JSON object with the result, at the end."),
     ] = False,
     session: Annotated[
         str | None,
-        typer.Option("--session", help="Continue (or create) the session with this id."),
+        typer.Option(
+            "--session",
+            metavar="ID|last",
+            help="Continue this session (full id, unique prefix or last); "
+            "an id that matches no session starts a new session with that id.",
+        ),
     ] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of errors.")] = False,
     yes: Annotated[
@@ -99,17 +115,114 @@ def run(
         ),
     ] = False,
 ) -> None:
-    """Run an agent on one message and stream what it does.
+    """Run an agent on one message, or resume an interrupted run, and stream what it does.
 
     Tool calls that need approval are asked about at a terminal, denied when
     there is no terminal, and all approved with --yes. Exit code 0 when the run
     completed, 1 otherwise.
     """
     _set_debug(ctx, debug)
+    if resume is not None and message is not None:
+        raise click.exceptions.UsageError("give either -m/--message or --resume, not both", ctx)
+    if resume is not None and session is not None:
+        raise click.exceptions.UsageError("--resume names the session itself; drop --session", ctx)
+    if resume is None and message is None:
+        raise click.exceptions.UsageError(
+            "missing -m/--message (or --resume ID|last to finish an interrupted run)", ctx
+        )
     from koboi_cli.cmd_run import run as run_agent
 
-    code = run_agent(config, message, as_json=as_json, session_id=session, assume_yes=yes)
+    code = run_agent(
+        config, message, as_json=as_json, session_id=session, assume_yes=yes, resume=resume
+    )
     raise typer.Exit(code)
+
+
+class SessionStatusChoice(StrEnum):
+    """The statuses a store records (koboi.store.SessionStatus; a test keeps them equal)."""
+
+    created = "created"
+    running = "running"
+    completed = "completed"
+    failed = "failed"
+    interrupted = "interrupted"
+    cancelled = "cancelled"
+
+
+StoreConfigArg = Annotated[
+    Path | None,
+    typer.Argument(
+        metavar="[CONFIG]",
+        help="A config whose store to read (the same as --config).",
+        show_default=False,
+    ),
+]
+StoreConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="A config whose store to read. Without one: KOBOI_STORE, else the "
+        "default store in the working directory (docs/config.md, 'Finding the store').",
+        show_default=False,
+    ),
+]
+
+
+def _one_config(ctx: typer.Context, positional: Path | None, option: Path | None) -> Path | None:
+    if positional is not None and option is not None and positional != option:
+        raise click.exceptions.UsageError("give the config once: as CONFIG or with --config", ctx)
+    return positional if positional is not None else option
+
+
+@app.command()
+def sessions(
+    ctx: typer.Context,
+    config: StoreConfigArg = None,
+    config_option: StoreConfigOpt = None,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=1, help="Show at most this many sessions.")
+    ] = 20,
+    status: Annotated[
+        SessionStatusChoice | None,
+        typer.Option("--status", help="Only sessions with this status.", show_default=False),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The sessions of a store, most recently active first.
+
+    RESUMABLE is yes when the session's last run started and never finished:
+    its process died (resume it with koboi run CONFIG --resume ID), or it is
+    still running.
+    """
+    from koboi_cli.cmd_sessions import list_sessions
+
+    list_sessions(
+        _one_config(ctx, config, config_option),
+        limit=limit,
+        status=status.value if status is not None else None,
+        as_json=as_json,
+    )
+
+
+@app.command()
+def show(
+    ctx: typer.Context,
+    session: Annotated[
+        str,
+        typer.Argument(
+            metavar="ID|PREFIX|last", help="The session: full id, unique id prefix, or last."
+        ),
+    ],
+    config: StoreConfigArg = None,
+    config_option: StoreConfigOpt = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the events as JSON lines (secrets masked).")
+    ] = False,
+) -> None:
+    """The timeline of one session: every journal event, one line each, secrets masked."""
+    from koboi_cli.cmd_sessions import show_session
+
+    show_session(session, _one_config(ctx, config, config_option), as_json=as_json)
 
 
 @app.command()

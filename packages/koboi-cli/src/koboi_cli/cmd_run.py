@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -33,10 +35,13 @@ from koboi.events import (
 )
 from koboi_cli import host
 from koboi_cli.approver import AssumeYesApprover, TerminalApprover
+from koboi_cli.errors import CliError
 from koboi_cli.style import Style, err, write
 
 if TYPE_CHECKING:
     from koboi.agent import KoboiAgent
+    from koboi.errors import LeaseHeld
+    from koboi.store import Store
 
 #: How much of a tool result is shown; the model always sees all of it.
 MAX_RESULT_LINES = 6
@@ -138,9 +143,22 @@ async def stream_run(
     agent: KoboiAgent, message: str, *, session_id: str | None, printer: EventPrinter | None
 ) -> RunResult:
     """Run the agent, handing every event to ``printer``; return the final result."""
+    async with agent:
+        return await _consume(agent.stream(message, session_id=session_id), printer)
+
+
+async def _consume(
+    events: AsyncGenerator[AgentEvent, None],
+    printer: EventPrinter | None,
+    on_first_event: Callable[[], None] | None = None,
+) -> RunResult:
+    """Hand every event of a run to ``printer``; return the final result."""
     result: RunResult | None = None
-    async with agent, aclosing(agent.stream(message, session_id=session_id)) as events:
+    async with aclosing(events):
         async for event in events:
+            if on_first_event is not None:
+                on_first_event()
+                on_first_event = None
             if printer is not None:
                 printer.handle(event)
             if isinstance(event, FinalEvent):
@@ -154,21 +172,57 @@ async def stream_run(
     return result
 
 
+async def session_for_run(store: Store, ref: str | None) -> str | None:
+    """The session ``koboi run -m MSG --session REF`` continues, or a new session's id.
+
+    ``last`` is the most recently updated session; an existing id is that
+    session; a unique prefix of an existing id is that session; an id that
+    matches no session names a new session (the kernel creates it). A prefix
+    of several sessions is an error: guessing which one would be worse.
+    """
+    from koboi.errors import SessionNotFound
+
+    if ref is None:
+        return None
+    if ref == "last":
+        return (await store.resolve_session(ref)).id
+    try:
+        return (await store.get_session(ref)).id
+    except SessionNotFound:
+        pass
+    found = await store.match_sessions(ref, limit=2)
+    if not found:
+        return ref
+    # One match: that session; several: resolve_session says which, as an error.
+    return (await store.resolve_session(ref)).id
+
+
+def lease_held_message(session_id: str, exc: LeaseHeld) -> str:
+    left = max(0.0, exc.expires_at - time.time())
+    return (
+        f"session {session_id} is being run by {exc.holder} (its lease expires in {left:.0f} s "
+        "unless renewed); wait for that run to end, or, if that process is gone, "
+        "retry once the lease has expired"
+    )
+
+
 def run(
     config: Path,
-    message: str,
+    message: str | None,
     *,
     as_json: bool,
     session_id: str | None,
     assume_yes: bool,
+    resume: str | None = None,
 ) -> int:
-    """Run once; return the exit code (0 only when the run completed)."""
+    """Run once, or finish the interrupted run of session ``resume``; return the exit code
+    (0 only when the run completed)."""
     from koboi.agent import KoboiAgent
 
     approver = choose_approver(assume_yes=assume_yes)
     agent = KoboiAgent.from_config(config, host=host.get_host(), approver=approver)
     printer = None if as_json else EventPrinter(sys.stdout, Style(sys.stdout))
-    result = anyio.run(_run_async, agent, message, session_id, printer)
+    result = anyio.run(_run_async, agent, message, session_id, resume, printer)
     if printer is not None and printer.refused_for_approval and approver is None:
         err(
             "tool calls that need approval were denied: nobody was at a terminal to ask; "
@@ -184,6 +238,30 @@ def run(
 
 
 async def _run_async(
-    agent: KoboiAgent, message: str, session_id: str | None, printer: EventPrinter | None
+    agent: KoboiAgent,
+    message: str | None,
+    session_ref: str | None,
+    resume: str | None,
+    printer: EventPrinter | None,
 ) -> RunResult:
-    return await stream_run(agent, message, session_id=session_id, printer=printer)
+    from koboi.errors import LeaseHeld
+
+    async with agent:
+        if resume is not None:
+            session_id: str | None = (await agent.store.resolve_session(resume)).id
+            note = f"resuming the interrupted run of session {session_id}"
+            events = agent.resume(str(session_id))
+        else:
+            session_id = await session_for_run(agent.store, session_ref)
+            note = (
+                f"continuing session {session_id}"
+                if session_ref is not None and session_id != session_ref
+                else ""
+            )
+            events = agent.stream(message or "", session_id=session_id)
+        try:
+            return await _consume(
+                events, printer, (lambda: err(note, prefix="note")) if note else None
+            )
+        except LeaseHeld as exc:
+            raise CliError(lease_held_message(session_id or "?", exc)) from exc

@@ -12,11 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from koboi.errors import SessionNotFound, StoreError
-from koboi.store import JournalEvent, NewEvent, SessionInfo, Store
+from koboi.errors import FencedOut, LeaseHeld, SessionNotFound, StoreError
+from koboi.store import JournalEvent, Lease, NewEvent, SessionInfo, Store
 
 # A pause long enough for any store's clock to tell two writes apart.
 _TICK = 0.02
+# A lease short enough to wait out in a test, long enough not to expire mid-step.
+_TTL = 0.2
 
 # No NUL: PostgreSQL's jsonb (and others) cannot store it, and no agent needs it.
 _text = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=20)
@@ -70,6 +72,9 @@ class StoreContract:
 
     Timestamps: the suite sleeps 20 ms between writes whose order it checks, so
     a store must record ``updated_at`` with at least that resolution.
+
+    Leases: the suite takes leases of 0.2 s and sleeps past their expiry, so a
+    store must judge expiry with the writing process's clock to that precision.
     """
 
     # -- sessions ----------------------------------------------------------
@@ -373,3 +378,217 @@ class StoreContract:
         for which in (0, 1):
             everything = await store.read(sids[which])
             assert [(e.type, e.data) for e in everything] == model[which]
+
+    # -- last_seq, prefixes --------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_last_seq_follows_appends(self, store: Store) -> None:
+        sid = (await store.create_session(_unique("lastseq"))).id
+        assert (await store.get_session(sid)).last_seq == 0
+        await store.append(sid, [NewEvent("a"), NewEvent("b")])
+        assert (await store.get_session(sid)).last_seq == 2
+        await store.append(sid, [])
+        await store.append(sid, [NewEvent("c")])
+        info = await store.get_session(sid)
+        assert info.last_seq == 3
+        owner_listing = await store.list_sessions(limit=10_000)
+        assert [s.last_seq for s in owner_listing if s.id == sid] == [3]
+        assert (await store.set_status(sid, "running")).last_seq == 3
+
+    @pytest.mark.anyio
+    async def test_append_moves_updated_at(self, store: Store) -> None:
+        created = await store.create_session(_unique("touch"))
+        await anyio.sleep(_TICK)
+        await store.append(created.id, [NewEvent("a")])
+        assert (await store.get_session(created.id)).updated_at > created.updated_at
+
+    @pytest.mark.anyio
+    async def test_match_sessions_by_prefix(self, store: Store) -> None:
+        stem = _unique("match")
+        ids = [f"{stem}-a1", f"{stem}-a2", f"{stem}-b1"]
+        for sid in ids:
+            await store.create_session(sid)
+        assert sorted(await store.match_sessions(f"{stem}-a")) == ids[:2]
+        assert await store.match_sessions(f"{stem}-b") == [ids[2]]
+        assert await store.match_sessions(ids[0]) == [ids[0]]
+        assert await store.match_sessions(f"{stem}-c") == []
+        assert len(await store.match_sessions(stem, limit=2)) == 2
+        # Prefix matching is exact: case matters and LIKE wildcards are literal.
+        assert await store.match_sessions(stem.upper()) == []
+        assert await store.match_sessions(f"{stem}-_1") == []
+        assert await store.match_sessions(f"{stem}%") == []
+
+    @pytest.mark.anyio
+    async def test_match_sessions_with_wildcard_characters_in_ids(self, store: Store) -> None:
+        stem = _unique("wild")
+        odd = [f"{stem}_x%y", f"{stem}-x%y", f"{stem}\\z"]
+        for sid in odd:
+            await store.create_session(sid)
+        assert await store.match_sessions(f"{stem}_") == [odd[0]]
+        assert await store.match_sessions(f"{stem}-x%") == [odd[1]]
+        assert await store.match_sessions(f"{stem}\\") == [odd[2]]
+
+    @pytest.mark.anyio
+    async def test_resolve_session_by_id_prefix_and_last(self, store: Store) -> None:
+        stem = _unique("resolve")
+        one = (await store.create_session(f"{stem}-one")).id
+        await anyio.sleep(_TICK)
+        two = (await store.create_session(f"{stem}-two")).id
+        assert (await store.resolve_session(one)).id == one
+        assert (await store.resolve_session(f"{stem}-o")).id == one
+        assert (await store.resolve_session(f"{stem}-tw")).id == two
+        with pytest.raises(SessionNotFound, match="ambiguous"):
+            await store.resolve_session(f"{stem}-")
+        with pytest.raises(SessionNotFound, match="no session"):
+            await store.resolve_session(f"{stem}-three")
+        with pytest.raises(SessionNotFound):
+            await store.resolve_session("")
+        await anyio.sleep(_TICK)
+        await store.set_status(one, "running")
+        assert (await store.resolve_session("last")).id == one
+
+    # -- leases and fencing --------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_acquire_free_session(self, store: Store) -> None:
+        sid = (await store.create_session(_unique("lease"))).id
+        before = time.time()
+        lease = await store.acquire_lease(sid, "worker-a", 30)
+        assert isinstance(lease, Lease)
+        assert lease.session_id == sid
+        assert lease.holder == "worker-a"
+        assert lease.fence >= 1
+        assert before + 29 <= lease.expires_at <= time.time() + 31
+
+    @pytest.mark.anyio
+    async def test_acquire_missing_session(self, store: Store) -> None:
+        with pytest.raises(SessionNotFound):
+            await store.acquire_lease(_unique("nolease"), "worker-a", 30)
+
+    @pytest.mark.anyio
+    async def test_same_holder_reacquires_with_the_same_fence(self, store: Store) -> None:
+        sid = (await store.create_session(_unique("lease"))).id
+        first = await store.acquire_lease(sid, "worker-a", 30)
+        again = await store.acquire_lease(sid, "worker-a", 60)
+        assert again.fence == first.fence
+        assert again.expires_at > first.expires_at
+
+    @pytest.mark.anyio
+    async def test_other_holder_waits_for_expiry_then_takes_over(self, store: Store) -> None:
+        sid = (await store.create_session(_unique("lease"))).id
+        first = await store.acquire_lease(sid, "worker-a", _TTL)
+        with pytest.raises(LeaseHeld) as held:
+            await store.acquire_lease(sid, "worker-b", 30)
+        assert held.value.holder == "worker-a"
+        assert "worker-a" in str(held.value)
+        await anyio.sleep(_TTL + 0.1)
+        taken = await store.acquire_lease(sid, "worker-b", 30)
+        assert taken.holder == "worker-b"
+        assert taken.fence == first.fence + 1
+        with pytest.raises(LeaseHeld) as held_again:
+            await store.acquire_lease(sid, "worker-a", 30)
+        assert held_again.value.holder == "worker-b"
+
+    @pytest.mark.anyio
+    async def test_stale_fence_writes_nothing(self, store: Store) -> None:
+        sid = (await store.create_session(_unique("zombie"))).id
+        zombie = await store.acquire_lease(sid, "zombie", _TTL)
+        await store.append(sid, [NewEvent("by_zombie")], fence=zombie.fence)
+        await store.set_status(sid, "running", fence=zombie.fence)
+        await anyio.sleep(_TTL + 0.1)
+        heir = await store.acquire_lease(sid, "heir", 30)
+        before = await store.get_session(sid)
+
+        with pytest.raises(FencedOut):
+            await store.append(sid, [NewEvent("late"), NewEvent("later")], fence=zombie.fence)
+        with pytest.raises(FencedOut):
+            await store.set_status(sid, "failed", fence=zombie.fence)
+        with pytest.raises(FencedOut):
+            await store.renew_lease(zombie, 30)
+
+        assert [e.type for e in await store.read(sid)] == ["by_zombie"]
+        after = await store.get_session(sid)
+        assert after.status == "running"
+        assert after.last_seq == before.last_seq == 1
+        # The heir's writes go through, numbered after the zombie's last one.
+        written = await store.append(sid, [NewEvent("by_heir")], fence=heir.fence)
+        assert [e.seq for e in written] == [2]
+        assert (await store.set_status(sid, "completed", fence=heir.fence)).status == "completed"
+
+    @pytest.mark.anyio
+    async def test_fence_without_any_lease_is_refused(self, store: Store) -> None:
+        sid = (await store.create_session(_unique("nolease"))).id
+        with pytest.raises(FencedOut):
+            await store.append(sid, [NewEvent("x")], fence=1)
+        assert await store.read(sid) == []
+
+    @pytest.mark.anyio
+    async def test_renew_extends_a_lease_still_held(self, store: Store) -> None:
+        sid = (await store.create_session(_unique("renew"))).id
+        lease = await store.acquire_lease(sid, "worker-a", _TTL)
+        renewed = await store.renew_lease(lease, 30)
+        assert renewed.fence == lease.fence
+        assert renewed.holder == "worker-a"
+        assert renewed.expires_at > lease.expires_at
+        await anyio.sleep(_TTL + 0.1)
+        with pytest.raises(LeaseHeld):
+            await store.acquire_lease(sid, "worker-b", 30)
+        await store.append(sid, [NewEvent("still mine")], fence=renewed.fence)
+
+    @pytest.mark.anyio
+    async def test_release_makes_the_session_free_at_once(self, store: Store) -> None:
+        sid = (await store.create_session(_unique("release"))).id
+        lease = await store.acquire_lease(sid, "worker-a", 30)
+        await store.release_lease(lease)
+        taken = await store.acquire_lease(sid, "worker-b", 30)
+        assert taken.fence == lease.fence + 1
+        with pytest.raises(FencedOut):
+            await store.append(sid, [NewEvent("x")], fence=lease.fence)
+
+    @pytest.mark.anyio
+    async def test_release_after_takeover_is_a_no_op(self, store: Store) -> None:
+        sid = (await store.create_session(_unique("release"))).id
+        old = await store.acquire_lease(sid, "worker-a", _TTL)
+        await anyio.sleep(_TTL + 0.1)
+        new = await store.acquire_lease(sid, "worker-b", 30)
+        await store.release_lease(old)
+        with pytest.raises(LeaseHeld):
+            await store.acquire_lease(sid, "worker-c", 30)
+        await store.append(sid, [NewEvent("x")], fence=new.fence)
+
+    @pytest.mark.anyio
+    async def test_fences_only_grow_across_hand_overs(self, store: Store) -> None:
+        sid = (await store.create_session(_unique("fences"))).id
+        fences = []
+        for holder in ("a", "b", "a", "c"):
+            lease = await store.acquire_lease(sid, holder, 30)
+            fences.append(lease.fence)
+            await store.release_lease(lease)
+        assert fences == sorted(fences)
+        assert len(set(fences)) == len(fences)
+
+    @pytest.mark.anyio
+    async def test_concurrent_acquirers_exactly_one_wins(self, store: Store) -> None:
+        sid = (await store.create_session(_unique("race"))).id
+        won: list[Lease] = []
+        refused: list[str] = []
+
+        async def contender(name: str) -> None:
+            try:
+                won.append(await store.acquire_lease(sid, name, 30))
+            except LeaseHeld as exc:
+                refused.append(exc.holder)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(6):
+                tg.start_soon(contender, f"worker-{i}")
+        assert len(won) == 1
+        assert refused == [won[0].holder] * 5
+
+    @pytest.mark.anyio
+    async def test_leases_are_per_session(self, store: Store) -> None:
+        one = (await store.create_session(_unique("per"))).id
+        two = (await store.create_session(_unique("per"))).id
+        await store.acquire_lease(one, "worker-a", 30)
+        other = await store.acquire_lease(two, "worker-b", 30)
+        assert other.holder == "worker-b"

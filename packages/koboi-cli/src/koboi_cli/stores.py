@@ -1,0 +1,75 @@
+"""Opening a session store without running an agent (``koboi sessions``, ``koboi show``).
+
+The store is found by the kernel's one rule, :func:`koboi.config.resolve_store_url`
+(docs/config.md, "Finding the store"): the config's ``store.url``, else
+``KOBOI_STORE``, else the installed durable store's default, else ``memory://``.
+Relative paths are resolved against the config file's directory, or the
+working directory when no config is given, exactly as ``koboi run`` does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from koboi_cli import host
+from koboi_cli.errors import CliError
+
+if TYPE_CHECKING:
+    from koboi.store import Store
+
+
+@dataclass(frozen=True)
+class StoreTarget:
+    """Which store a command uses and where its relative paths start."""
+
+    url: str
+    base_dir: Path
+
+    @property
+    def shown_url(self) -> str:
+        """The URL without its password, for messages."""
+        return re.sub(r"(://[^\s:/@]+:)[^\s@/]+@", r"\1***@", self.url)
+
+    @property
+    def is_memory(self) -> bool:
+        from koboi.config import store_scheme
+
+        return store_scheme(self.url) == "memory"
+
+
+def store_target(config: Path | None) -> StoreTarget:
+    """The store of ``config`` (validated), or of the environment when there is none."""
+    from koboi.config import load_config, resolve_store_url
+
+    catalog = host.get_host().catalog()
+    if config is None:
+        return StoreTarget(resolve_store_url(None, catalog), Path.cwd())
+    loaded = load_config(config, catalog)
+    return StoreTarget(resolve_store_url(loaded, catalog), loaded.base_dir)
+
+
+@asynccontextmanager
+async def open_store(target: StoreTarget) -> AsyncIterator[Store]:
+    """Build the store plugin's store for ``target`` and keep it open for the block."""
+    from koboi.config import store_scheme
+    from koboi.store import Store
+
+    catalog = host.get_host().catalog()
+    scheme = store_scheme(target.url) or ""
+    entry = catalog.stores.get(scheme)
+    if entry is None:
+        known = ", ".join(sorted(f"{e.name}://" for e in catalog.stores)) or "none"
+        raise CliError(
+            f"no installed store handles {target.shown_url!r} (installed stores: {known}); "
+            "install the store's plugin (sqlite and postgresql: koboi-store-sql)"
+        )
+    store = entry.target(target.url, target.base_dir)
+    if not isinstance(store, Store):
+        raise CliError(f"store plugin {entry.plugin!r} returned {store!r}, not a koboi.Store")
+    async with store:
+        yield store

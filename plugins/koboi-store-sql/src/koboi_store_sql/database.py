@@ -1,0 +1,388 @@
+"""Connections to one database, shared by every store of this process that opens it.
+
+SQLite rules (why each one):
+
+- WAL journal: readers never block the writer and the writer never blocks readers.
+- ONE writer connection per database file per process, used under a lock: SQLite
+  allows one writer at a time anyway; queueing in-process writers on a lock is
+  cheaper and fairer than having them spin on SQLITE_BUSY.
+- Writes run in ``BEGIN IMMEDIATE``: the write lock is taken when the
+  transaction starts, so a read-then-write transaction (``append`` reads
+  ``last_seq``) can never fail half-way with a lock upgrade error, and waits for
+  another process's writer up to the busy timeout.
+- ``synchronous=FULL`` (durability ``power_loss``) or ``NORMAL`` (``process``),
+  set per write from the store's options, because stores with different options
+  may share the writer connection.
+
+PostgreSQL: a pooled engine; writes lock the session row ``FOR UPDATE``, which
+serialises appends, status changes and lease changes of one session.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from koboi.errors import StoreError
+from koboi_store_sql import migrate
+from koboi_store_sql.schema import TABLES, VERSION_TABLE
+from koboi_store_sql.url import StoreURL
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Engine
+
+T = TypeVar("T")
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+# Serialises schema migrations of koboi's tables across PostgreSQL clients.
+_PG_MIGRATION_LOCK = 0x6B6F626F69  # "koboi"
+
+_SYNCHRONOUS = {"power_loss": "FULL", "process": "NORMAL"}
+
+
+# -- errors ----------------------------------------------------------------------
+
+
+def translate(exc: BaseException, target: StoreURL) -> StoreError | None:
+    """A clear :class:`StoreError` for a driver error, or None when ``exc`` is not one."""
+    from sqlalchemy import exc as sa_exc
+
+    if isinstance(exc, StoreError):
+        return exc
+    if isinstance(exc, sa_exc.TimeoutError):
+        return StoreError(
+            f"no free connection to {target.label} (pool of {target.pool_size} busy); "
+            "raise ?pool_size= in the store URL"
+        )
+    orig = exc.orig if isinstance(exc, sa_exc.DBAPIError) else exc
+    if isinstance(orig, sqlite3.Error):
+        return _sqlite_error(orig, target)
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - a declared dependency
+        return None
+    if isinstance(orig, psycopg.Error):
+        return _postgres_error(orig, target)
+    return None
+
+
+def _sqlite_error(exc: sqlite3.Error, target: StoreURL) -> StoreError:
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    text = str(exc)
+    where = target.label
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text:
+        return StoreError(
+            f"the database {where} is locked: another writer kept it busy for more than "
+            f"{target.busy_timeout:g} s; nothing was written (retry, or raise "
+            "?busy_timeout= in the store URL)"
+        )
+    if name == "SQLITE_FULL" or "full" in text:
+        return StoreError(
+            f"cannot write to {where}: the disk (or the database size limit) is full; "
+            "nothing was written and the journal is intact; free some space and retry"
+        )
+    if name.startswith("SQLITE_IOERR") or "I/O error" in text:
+        return StoreError(
+            f"I/O error on {where} ({name or text}); the transaction was rolled back; "
+            "check the disk"
+        )
+    if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or "not a database" in text:
+        return StoreError(
+            f"{where} is not a SQLite database or is corrupt ({text}); koboi left it as it "
+            "is: move it away or point the store URL at another file"
+        )
+    if name.startswith("SQLITE_READONLY") or "readonly" in text:
+        return StoreError(f"cannot write to {where}: it is read-only ({text}); check permissions")
+    if name.startswith("SQLITE_CANTOPEN") or "unable to open" in text:
+        return StoreError(f"cannot open the database {where} ({text}); check the path")
+    return StoreError(f"SQLite error on {where}: {text}")
+
+
+def _postgres_error(exc: Any, target: StoreURL) -> StoreError:
+    import psycopg
+
+    state = getattr(exc, "sqlstate", None) or ""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    where = target.label
+    if state == "53100":
+        return StoreError(f"PostgreSQL at {where} is out of disk space; nothing was written")
+    if state in ("55P03", "40P01", "57014"):
+        return StoreError(
+            f"PostgreSQL at {where}: waited more than {target.busy_timeout:g} s for a lock "
+            f"({text}); nothing was written"
+        )
+    if not state and isinstance(exc, psycopg.OperationalError):
+        return StoreError(f"cannot connect to PostgreSQL at {where}: {text}")
+    return StoreError(f"PostgreSQL error on {where}: {text}")
+
+
+@contextmanager
+def translated(target: StoreURL) -> Iterator[None]:
+    try:
+        yield
+    except StoreError:
+        raise
+    except Exception as exc:
+        clear = translate(exc, target)
+        if clear is None:
+            raise
+        raise clear from exc
+
+
+# -- SQLite files ------------------------------------------------------------------
+
+
+def inspect_sqlite_file(target: StoreURL) -> str | None:
+    """The schema revision of an existing SQLite file (None: new or empty), read-only.
+
+    Refuses, without writing a byte, a path that is not a file, a file that is
+    not a SQLite database (header check), a corrupt one, and a SQLite database
+    that holds tables of some other application.
+    """
+    path = target.path
+    assert path is not None
+    if not path.exists():
+        return None
+    if not path.is_file():
+        raise StoreError(f"the store path {path} exists but is not a file")
+    with path.open("rb") as handle:
+        header = handle.read(len(SQLITE_HEADER))
+    if header == b"":
+        return None  # an empty file is an empty database to SQLite
+    if header != SQLITE_HEADER:
+        raise StoreError(
+            f"{path} is not a SQLite database (its first bytes are not the SQLite header); "
+            "koboi left it untouched: move it away or point the store URL at another file"
+        )
+    uri = f"file:{_uri_path(path)}?mode=ro"
+    try:
+        connection = sqlite3.connect(uri, uri=True, timeout=target.busy_timeout)
+    except sqlite3.Error as exc:
+        raise _sqlite_error(exc, target) from None
+    try:
+        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
+        tables = {t for t in tables if not t.startswith("sqlite_")}
+        if VERSION_TABLE in tables:
+            row = connection.execute(f"SELECT version_num FROM {VERSION_TABLE}").fetchone()
+            return str(row[0]) if row else None
+        if tables - TABLES:
+            shown = ", ".join(sorted(tables - TABLES)[:5])
+            raise StoreError(
+                f"{path} is a SQLite database of another application (tables: {shown}); "
+                "koboi left it untouched: point the store URL at another file"
+            )
+        return None
+    except sqlite3.Error as exc:
+        raise _sqlite_error(exc, target) from None
+    finally:
+        connection.close()
+
+
+def _uri_path(path: Path) -> str:
+    from urllib.parse import quote
+
+    return quote(str(path))
+
+
+# -- the shared database -----------------------------------------------------------
+
+
+class Database:
+    """Engines for one database; one instance per database per process (see :func:`attach`)."""
+
+    def __init__(self, target: StoreURL) -> None:
+        self.target = target
+        self.users = 0
+        self.write_lock = threading.Lock()
+        self.writer: Engine
+        self.reader: Engine
+        if target.dialect == "sqlite":
+            self.writer = self._sqlite_engine(writer=True)
+            self.reader = self._sqlite_engine(writer=False)
+        else:
+            self.writer = self.reader = self._postgres_engine()
+
+    # engines
+
+    def _sqlite_engine(self, *, writer: bool) -> Engine:
+        from sqlalchemy import create_engine, event
+        from sqlalchemy.pool import QueuePool
+
+        target = self.target
+        engine = create_engine(
+            target.driver_url,
+            poolclass=QueuePool,
+            # The single writer connection; readers get a small pool (WAL: they
+            # run concurrently with the writer and with each other).
+            pool_size=1 if writer else 4,
+            max_overflow=0 if writer else 8,
+            pool_timeout=max(target.busy_timeout, 1.0) * 4,
+            connect_args={"check_same_thread": False, "timeout": target.busy_timeout},
+        )
+        begin = "BEGIN IMMEDIATE" if writer else "BEGIN"
+
+        @event.listens_for(engine, "connect")
+        def _configure(dbapi_connection: Any, record: Any) -> None:
+            # Take transaction control away from the sqlite3 module (it would
+            # emit a deferred BEGIN by itself); "begin" below emits ours.
+            dbapi_connection.isolation_level = None
+            dbapi_connection.execute(f"PRAGMA busy_timeout = {int(target.busy_timeout * 1000)}")
+            if writer:
+                mode = dbapi_connection.execute("PRAGMA journal_mode = WAL").fetchone()
+                if not mode or str(mode[0]).lower() != "wal":
+                    raise StoreError(f"cannot switch {target.label} to WAL mode (got {mode})")
+            dbapi_connection.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[target.durability]}")
+            dbapi_connection.execute("PRAGMA foreign_keys = ON")
+            record.info["koboi.settings"] = (target.durability, target.busy_timeout)
+
+        @event.listens_for(engine, "begin")
+        def _begin(connection: Connection) -> None:
+            connection.exec_driver_sql(begin)
+
+        return engine
+
+    def _postgres_engine(self) -> Engine:
+        from sqlalchemy import create_engine, event
+
+        target = self.target
+        engine = create_engine(
+            target.driver_url,
+            pool_size=target.pool_size,
+            max_overflow=target.pool_size,
+            pool_pre_ping=True,
+            pool_timeout=30,
+        )
+        settings = [f"SET lock_timeout = {int(target.busy_timeout * 1000)}"]
+        settings.append(
+            "SET synchronous_commit = " + ("off" if target.durability == "process" else "on")
+        )
+
+        @event.listens_for(engine, "connect")
+        def _configure(dbapi_connection: Any, record: Any) -> None:
+            with dbapi_connection.cursor() as cursor:
+                for statement in settings:
+                    cursor.execute(statement)
+            dbapi_connection.commit()
+
+        return engine
+
+    # transactions
+
+    @contextmanager
+    def write(self, durability: str, busy_timeout: float) -> Iterator[Connection]:
+        """A write transaction (committed on success, rolled back on any error)."""
+        if self.target.dialect != "sqlite":
+            with translated(self.target), self.writer.begin() as connection:
+                yield connection
+            return
+        if not self.write_lock.acquire(timeout=busy_timeout):
+            raise StoreError(
+                f"the database {self.target.label} is locked: another writer in this process "
+                f"kept it busy for more than {busy_timeout:g} s; nothing was written"
+            )
+        try:
+            with translated(self.target), self.writer.connect() as connection:
+                self._apply_settings(connection, durability, busy_timeout)
+                with connection.begin():
+                    yield connection
+        finally:
+            self.write_lock.release()
+
+    @staticmethod
+    def _apply_settings(connection: Connection, durability: str, busy_timeout: float) -> None:
+        record_info = connection.connection.info
+        wanted = (durability, busy_timeout)
+        if record_info.get("koboi.settings") != wanted:
+            raw = connection.connection.driver_connection
+            assert raw is not None
+            raw.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[durability]}")
+            raw.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            record_info["koboi.settings"] = wanted
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A read transaction: one consistent snapshot, always rolled back."""
+        with (
+            translated(self.target),
+            self.reader.connect() as connection,
+            connection.begin() as transaction,
+        ):
+            yield connection
+            transaction.rollback()
+
+    # schema
+
+    def prepare(self, migrations: Path | None) -> None:
+        """Refuse a database this koboi must not touch; create or upgrade the schema."""
+        known = migrate.revisions(migrations)
+        target = self.target
+        if target.dialect == "sqlite":
+            assert target.path is not None
+            # Before connecting for writing: a refused file is never modified.
+            migrate.refuse_if_newer(inspect_sqlite_file(target), known, target.label)
+            target.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.write(target.durability, target.busy_timeout) as connection:
+            if target.dialect == "postgresql":
+                connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_MIGRATION_LOCK})")
+            migrate.upgrade(connection, target.label, migrations)
+
+    def revision(self) -> str | None:
+        with self.read() as connection:
+            return migrate.current_revision(connection)
+
+    def dispose(self) -> None:
+        self.writer.dispose()
+        if self.reader is not self.writer:
+            self.reader.dispose()
+
+
+_databases: dict[str, Database] = {}
+_databases_lock = threading.Lock()
+
+
+def _key(target: StoreURL) -> str:
+    if target.path is not None:
+        # One writer per *file*: two spellings of one path must share it.
+        return f"sqlite:{os.path.realpath(target.path)}"
+    return target.key
+
+
+def attach(target: StoreURL, migrations: Path | None = None) -> Database:
+    """The process's :class:`Database` for ``target``, prepared on first use."""
+    with _databases_lock:
+        key = _key(target)
+        database = _databases.get(key)
+        if database is None:
+            database = Database(target)
+            try:
+                with translated(target):
+                    database.prepare(migrations)
+            except BaseException:
+                database.dispose()
+                raise
+            _databases[key] = database
+        database.users += 1
+        return database
+
+
+def detach(database: Database) -> None:
+    """Give back a database from :func:`attach`; the last user closes its connections."""
+    with _databases_lock:
+        database.users -= 1
+        if database.users > 0:
+            return
+        key = _key(database.target)
+        if _databases.get(key) is database:
+            del _databases[key]
+    database.dispose()
+
+
+def run(target: StoreURL, operation: Callable[[], T]) -> T:
+    """Run ``operation`` turning driver errors into clear :class:`StoreError`."""
+    with translated(target):
+        return operation()

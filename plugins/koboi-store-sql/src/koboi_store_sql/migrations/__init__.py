@@ -1,0 +1,1 @@
+"""alembic migrations of the SQL store, applied by :mod:`koboi_store_sql.migrate`."""

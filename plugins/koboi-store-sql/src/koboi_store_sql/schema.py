@@ -1,0 +1,51 @@
+"""The tables, as SQLAlchemy Core objects for the queries.
+
+The database itself is created and changed only by the alembic migrations in
+``migrations/versions``; a change here needs a new migration (and a test that
+an old database is upgraded).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Column, Float, ForeignKey, MetaData, Table, Text
+
+#: alembic's bookkeeping table; named for koboi so a PostgreSQL database shared
+#: with another alembic-managed application does not mix up the two histories.
+VERSION_TABLE = "koboi_alembic_version"
+
+metadata = MetaData()
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("status", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("config_name", Text, nullable=False, default=""),
+    Column("config_hash", Text, nullable=False, default=""),
+    Column("owner", Text, nullable=True),
+    Column("metadata", Text, nullable=False, default="{}"),
+    Column("last_seq", BigInteger, nullable=False, default=0),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("session_id", Text, ForeignKey("sessions.id"), primary_key=True),
+    Column("seq", BigInteger, primary_key=True),
+    Column("type", Text, nullable=False),
+    Column("data", Text, nullable=False),
+    Column("at", Float, nullable=False),
+)
+
+leases = Table(
+    "leases",
+    metadata,
+    Column("session_id", Text, ForeignKey("sessions.id"), primary_key=True),
+    Column("holder", Text, nullable=False),
+    Column("fence", BigInteger, nullable=False),
+    Column("expires_at", Float, nullable=False),
+)
+
+TABLES = frozenset({"sessions", "events", "leases", VERSION_TABLE})

@@ -1,0 +1,402 @@
+"""``SQLStore``: the koboi journal and sessions on SQLite or PostgreSQL.
+
+Every operation is one transaction run by SQLAlchemy's synchronous engine in a
+worker thread (``anyio.to_thread.run_sync``): one thread hop per call, a cost
+measured in benchmarks/bench_store.py and small next to a commit's fsync. The
+hop is not abandoned on cancellation, so a write that started always finishes
+(committed or rolled back) before the caller sees the cancellation.
+
+Timestamps (``created_at``, ``updated_at``, ``at``, lease ``expires_at``) come
+from this process's clock (``time.time()``), not the database's: the nodes
+sharing a PostgreSQL database must keep their clocks in sync (NTP), or a lease
+may look expired early (or late) by the skew between them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio.to_thread
+from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from koboi.errors import FencedOut, LeaseHeld, SessionNotFound, StoreError
+from koboi.store import (
+    JournalEvent,
+    Lease,
+    NewEvent,
+    SessionInfo,
+    SessionStatus,
+    Store,
+    new_session_id,
+)
+from koboi_store_sql import database as db
+from koboi_store_sql.schema import events as events_table
+from koboi_store_sql.schema import leases, sessions
+from koboi_store_sql.url import StoreURL, parse_store_url
+
+T = TypeVar("T")
+
+_SESSION_COLUMNS = (
+    sessions.c.id,
+    sessions.c.status,
+    sessions.c.created_at,
+    sessions.c.updated_at,
+    sessions.c.config_name,
+    sessions.c.config_hash,
+    sessions.c.owner,
+    sessions.c["metadata"],
+    sessions.c.last_seq,
+)
+
+
+# The append path's statements, built once: building and cache-keying them per
+# call cost about a third of an append (benchmarks/bench_store.py).
+_LOCK_LAST_SEQ = (
+    select(sessions.c.last_seq).where(sessions.c.id == bindparam("sid")).with_for_update()
+)
+_INSERT_EVENTS = insert(events_table)
+_ADVANCE_SESSION = (
+    update(sessions)
+    .where(sessions.c.id == bindparam("sid"))
+    .values(last_seq=bindparam("last"), updated_at=bindparam("now"))
+)
+
+
+def _encode(data: Mapping[str, Any]) -> str:
+    try:
+        return json.dumps(data, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"journal event data must be JSON: {exc}") from None
+
+
+def _session(row: Any) -> SessionInfo:
+    return SessionInfo(
+        id=row.id,
+        status=row.status,
+        created_at=float(row.created_at),
+        updated_at=float(row.updated_at),
+        config_name=row.config_name,
+        config_hash=row.config_hash,
+        owner=row.owner,
+        metadata=json.loads(row.metadata),
+        last_seq=int(row.last_seq),
+    )
+
+
+def _not_found(session_id: str) -> SessionNotFound:
+    return SessionNotFound(f"no session {session_id!r} in this store")
+
+
+def _like_prefix(prefix: str) -> str:
+    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped + "%"
+
+
+class SQLStore(Store):
+    """A durable :class:`koboi.Store` on SQLite (one machine) or PostgreSQL (shared).
+
+    :param url: ``sqlite:///path.db`` or ``postgresql[+psycopg]://...`` with
+        koboi's options in the query string (see :mod:`koboi_store_sql.url`).
+    :param base_dir: what a relative SQLite path is relative to (the config's directory).
+    :param migrations: another alembic script directory (tests of the upgrade path).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        base_dir: str | Path | None = None,
+        *,
+        migrations: Path | None = None,
+    ) -> None:
+        self.target: StoreURL = parse_store_url(url, Path(base_dir) if base_dir else None)
+        self.name = self.target.dialect
+        self._migrations = migrations
+        self._database: db.Database | None = None
+
+    def __repr__(self) -> str:
+        return f"SQLStore({self.target.label!r})"
+
+    # -- life cycle ---------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._database is None:
+            self._database = await anyio.to_thread.run_sync(
+                db.attach, self.target, self._migrations
+            )
+
+    async def close(self) -> None:
+        database, self._database = self._database, None
+        if database is not None:
+            await anyio.to_thread.run_sync(db.detach, database)
+
+    def _db(self) -> db.Database:
+        if self._database is None:
+            raise StoreError(f"the store {self.target.label} is not open (use 'async with store')")
+        return self._database
+
+    async def _write(self, operation: Callable[[Connection], T]) -> T:
+        database = self._db()
+        target = self.target
+
+        def run() -> T:
+            with database.write(target.durability, target.busy_timeout) as connection:
+                return operation(connection)
+
+        return await anyio.to_thread.run_sync(run)
+
+    async def _read(self, operation: Callable[[Connection], T]) -> T:
+        database = self._db()
+
+        def run() -> T:
+            with database.read() as connection:
+                return operation(connection)
+
+        return await anyio.to_thread.run_sync(run)
+
+    # -- sessions -------------------------------------------------------------------
+
+    async def create_session(
+        self,
+        session_id: str | None = None,
+        *,
+        config_name: str = "",
+        config_hash: str = "",
+        owner: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> SessionInfo:
+        now = time.time()
+        info = SessionInfo(
+            id=session_id or new_session_id(),
+            status="created",
+            created_at=now,
+            updated_at=now,
+            config_name=config_name,
+            config_hash=config_hash,
+            owner=owner,
+            metadata=json.loads(_encode(dict(metadata or {}))),
+        )
+        values = {
+            "id": info.id,
+            "status": info.status,
+            "created_at": now,
+            "updated_at": now,
+            "config_name": config_name,
+            "config_hash": config_hash,
+            "owner": owner,
+            "metadata": _encode(info.metadata),
+            "last_seq": 0,
+        }
+
+        def create(connection: Connection) -> SessionInfo:
+            try:
+                connection.execute(insert(sessions).values(**values))
+            except IntegrityError:
+                raise StoreError(f"session {info.id!r} already exists") from None
+            return info
+
+        return await self._write(create)
+
+    async def get_session(self, session_id: str) -> SessionInfo:
+        return await self._read(partial(self._get, session_id=session_id))
+
+    @staticmethod
+    def _get(connection: Connection, session_id: str, *, lock: bool = False) -> SessionInfo:
+        query = select(*_SESSION_COLUMNS).where(sessions.c.id == session_id)
+        if lock:
+            query = query.with_for_update()
+        row = connection.execute(query).first()
+        if row is None:
+            raise _not_found(session_id)
+        return _session(row)
+
+    async def list_sessions(
+        self, *, limit: int = 50, status: SessionStatus | None = None, owner: str | None = None
+    ) -> list[SessionInfo]:
+        query = select(*_SESSION_COLUMNS)
+        if status is not None:
+            query = query.where(sessions.c.status == status)
+        if owner is not None:
+            query = query.where(sessions.c.owner == owner)
+        query = query.order_by(
+            sessions.c.updated_at.desc(), sessions.c.created_at.desc(), sessions.c.id.desc()
+        ).limit(max(limit, 0))
+
+        def list_(connection: Connection) -> list[SessionInfo]:
+            return [_session(row) for row in connection.execute(query)]
+
+        return await self._read(list_)
+
+    async def set_status(
+        self, session_id: str, status: SessionStatus, *, fence: int | None = None
+    ) -> SessionInfo:
+        def set_(connection: Connection) -> SessionInfo:
+            info = self._get(connection, session_id, lock=True)
+            if fence is not None:
+                self._check_fence(connection, session_id, fence)
+            now = time.time()
+            connection.execute(
+                update(sessions)
+                .where(sessions.c.id == session_id)
+                .values(status=status, updated_at=now)
+            )
+            return replace(info, status=status, updated_at=now)
+
+        return await self._write(set_)
+
+    async def match_sessions(self, prefix: str, *, limit: int = 10) -> list[str]:
+        # LIKE can use the primary key index; substr() makes the match exact,
+        # since SQLite's LIKE ignores ASCII case.
+        query = (
+            select(sessions.c.id)
+            .where(
+                sessions.c.id.like(_like_prefix(prefix), escape="\\"),
+                func.substr(sessions.c.id, 1, len(prefix)) == prefix,
+            )
+            .order_by(sessions.c.id)
+            .limit(max(limit, 0))
+        )
+
+        def match(connection: Connection) -> list[str]:
+            return [str(row[0]) for row in connection.execute(query)]
+
+        return await self._read(match)
+
+    # -- journal --------------------------------------------------------------------
+
+    async def append(
+        self, session_id: str, events: Sequence[NewEvent], *, fence: int | None = None
+    ) -> list[JournalEvent]:
+        encoded = [(event.type, _encode(event.data)) for event in events]
+
+        def append(connection: Connection) -> list[JournalEvent]:
+            # The session row is the per-session lock (FOR UPDATE on PostgreSQL;
+            # SQLite's BEGIN IMMEDIATE already excludes every other writer).
+            last = connection.execute(_LOCK_LAST_SEQ, {"sid": session_id}).scalar_one_or_none()
+            if last is None:
+                raise _not_found(session_id)
+            if fence is not None:
+                self._check_fence(connection, session_id, fence)
+            if not encoded:
+                return []
+            now = time.time()
+            rows = [
+                {"session_id": session_id, "seq": last + i, "type": kind, "data": data, "at": now}
+                for i, (kind, data) in enumerate(encoded, start=1)
+            ]
+            connection.execute(_INSERT_EVENTS, rows)
+            connection.execute(
+                _ADVANCE_SESSION, {"sid": session_id, "last": last + len(rows), "now": now}
+            )
+            return [
+                JournalEvent(session_id, row["seq"], row["type"], json.loads(row["data"]), now)
+                for row in rows
+            ]
+
+        return await self._write(append)
+
+    async def read(
+        self, session_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[JournalEvent]:
+        query = (
+            select(events_table.c.seq, events_table.c.type, events_table.c.data, events_table.c.at)
+            .where(events_table.c.session_id == session_id, events_table.c.seq > after)
+            .order_by(events_table.c.seq)
+        )
+        if limit is not None:
+            query = query.limit(max(limit, 0))
+
+        def read(connection: Connection) -> list[JournalEvent]:
+            exists = connection.execute(
+                select(sessions.c.id).where(sessions.c.id == session_id)
+            ).first()
+            if exists is None:
+                raise _not_found(session_id)
+            if limit is not None and limit <= 0:
+                return []
+            return [
+                JournalEvent(session_id, int(seq), kind, json.loads(data), float(at))
+                for seq, kind, data, at in connection.execute(query)
+            ]
+
+        return await self._read(read)
+
+    # -- leases ---------------------------------------------------------------------
+
+    @staticmethod
+    def _lease_row(connection: Connection, session_id: str) -> Any:
+        """The session's lease row (holder, fence, expires_at), or None."""
+        return connection.execute(
+            select(leases.c.holder, leases.c.fence, leases.c.expires_at).where(
+                leases.c.session_id == session_id
+            )
+        ).first()
+
+    def _check_fence(self, connection: Connection, session_id: str, fence: int) -> None:
+        current = self._lease_row(connection, session_id)
+        if current is None or int(current.fence) != fence:
+            holder = current.holder if current is not None else "nobody"
+            raise FencedOut(
+                f"session {session_id!r} was taken over (now held by {holder}); "
+                "this process must stop writing to it"
+            )
+
+    async def acquire_lease(self, session_id: str, holder: str, ttl: float) -> Lease:
+        def acquire(connection: Connection) -> Lease:
+            self._get(connection, session_id, lock=True)
+            current = self._lease_row(connection, session_id)
+            now = time.time()
+            if current is not None and current.holder != holder and current.expires_at > now:
+                raise LeaseHeld(current.holder, float(current.expires_at), session_id)
+            if current is not None and current.holder == holder:
+                fence = int(current.fence)
+            else:
+                fence = (int(current.fence) if current is not None else 0) + 1
+            lease = Lease(session_id, holder, fence, now + ttl)
+            values = {"holder": holder, "fence": fence, "expires_at": lease.expires_at}
+            if current is None:
+                connection.execute(insert(leases).values(session_id=session_id, **values))
+            else:
+                connection.execute(
+                    update(leases).where(leases.c.session_id == session_id).values(**values)
+                )
+            return lease
+
+        return await self._write(acquire)
+
+    async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
+        def renew(connection: Connection) -> Lease:
+            self._get(connection, lease.session_id, lock=True)
+            self._check_fence(connection, lease.session_id, lease.fence)
+            renewed = replace(lease, expires_at=time.time() + ttl)
+            connection.execute(
+                update(leases)
+                .where(leases.c.session_id == lease.session_id)
+                .values(holder=lease.holder, expires_at=renewed.expires_at)
+            )
+            return renewed
+
+        return await self._write(renew)
+
+    async def release_lease(self, lease: Lease) -> None:
+        def release(connection: Connection) -> None:
+            connection.execute(
+                update(leases)
+                .where(leases.c.session_id == lease.session_id, leases.c.fence == lease.fence)
+                .values(expires_at=0.0)
+            )
+
+        await self._write(release)
+
+    # -- administration -------------------------------------------------------------
+
+    async def schema_revision(self) -> str | None:
+        """The alembic revision of the open database."""
+        return await anyio.to_thread.run_sync(self._db().revision)

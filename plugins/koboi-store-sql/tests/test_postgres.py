@@ -1,0 +1,63 @@
+"""PostgreSQL specifics: schema revisions, refusals, connection errors."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from koboi.errors import StoreError
+from koboi_store_sql import SQLStore
+from koboi_store_sql.migrate import SchemaTooNew, revisions
+from koboi_store_sql.schema import VERSION_TABLE
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.mark.anyio
+async def test_migrated_on_first_open_and_durability_applied(pg_url: str) -> None:
+    async with SQLStore(pg_url + "&durability=process&busy_timeout=2") as store:
+        assert await store.schema_revision() == revisions().head
+        database = store._database
+        assert database is not None
+        with database.write("process", 2) as connection:
+            assert connection.exec_driver_sql("SHOW synchronous_commit").scalar_one() == "off"
+            assert connection.exec_driver_sql("SHOW lock_timeout").scalar_one() == "2s"
+    async with SQLStore(pg_url) as store:
+        database = store._database
+        assert database is not None
+        with database.write("power_loss", 5) as connection:
+            assert connection.exec_driver_sql("SHOW synchronous_commit").scalar_one() == "on"
+
+
+@pytest.mark.anyio
+async def test_a_newer_schema_revision_is_refused_and_left_alone(
+    pg_private_schema: tuple[str, str], pg_conninfo: str
+) -> None:
+    schema, url = pg_private_schema
+    async with SQLStore(url) as store:
+        await store.create_session("kept")
+    with psycopg.connect(pg_conninfo, autocommit=True) as connection:
+        connection.execute(
+            f'UPDATE "{schema}".{VERSION_TABLE} SET version_num = %s', ("9999_future",)
+        )
+    with pytest.raises(SchemaTooNew, match=r"newer koboi \(schema revision 9999_future") as caught:
+        async with SQLStore(url):
+            pass
+    assert "postgresql+psycopg://postgres@127.0.0.1" in str(caught.value)
+    with psycopg.connect(pg_conninfo, autocommit=True) as connection:
+        rows = connection.execute(f'SELECT id FROM "{schema}".sessions').fetchall()
+        version = connection.execute(
+            f'SELECT version_num FROM "{schema}".{VERSION_TABLE}'
+        ).fetchall()
+    assert rows == [("kept",)]
+    assert version == [("9999_future",)]
+
+
+@pytest.mark.anyio
+async def test_an_unreachable_server_is_a_clear_error() -> None:
+    url = "postgresql://koboi:s3cret@127.0.0.1:1/nowhere?connect_timeout=2"
+    with pytest.raises(StoreError, match="cannot connect to PostgreSQL at") as caught:
+        async with SQLStore(url):
+            pass
+    assert "s3cret" not in str(caught.value)
+    assert "127.0.0.1:1" in str(caught.value)

@@ -1,0 +1,1 @@
+"""The crash demo's tool: ``append_log``, a non-idempotent, fsynced file append."""
