@@ -11,6 +11,12 @@ from koboi.plugins import PluginHost, reset_default_host
 
 
 @pytest.fixture(autouse=True)
+def _memory_store_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernel tests never write a database into the working directory."""
+    monkeypatch.setenv("KOBOI_STORE", "memory://")
+
+
+@pytest.fixture(autouse=True)
 def _fresh_default_host() -> Iterator[None]:
     reset_default_host()
     yield

@@ -71,7 +71,7 @@ def test_every_problem_is_reported_at_once(tmp_path: Path, host: PluginHost) -> 
     agent: {mode: turbo, max_iterations: 0}
     llm: {provider: scripted, scirpt: []}
     tools: {builtin: [calculator, calculater, web_search]}
-    store: {url: "sqlite:///x.db"}
+    store: {url: "mongodb://x/db"}
     sandbox: {backend: restricted}
     """
     found = problems(tmp_path, host, text)
@@ -88,7 +88,8 @@ def test_every_problem_is_reported_at_once(tmp_path: Path, host: PluginHost) -> 
         in joined
     )
     assert (
-        "store.url: no installed store handles 'sqlite://' URLs (install koboi-store-sql)" in joined
+        "store.url: no installed store handles 'mongodb://' URLs (installed store schemes: "
+        in joined
     )
     assert "sandbox.backend: unknown sandbox backend 'restricted' (install koboi-sandbox)" in joined
     assert len(found) == 7
@@ -239,3 +240,15 @@ def test_store_scheme() -> None:
     assert store_scheme("sqlite:///.koboi/koboi.db") == "sqlite"
     assert store_scheme("memory://") == "memory"
     assert store_scheme("no-scheme") is None
+
+
+def test_store_scheme_hint_names_the_distribution(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KOBOI_DISABLE_PLUGINS", "store-sql")
+    host = PluginHost(strict=True)
+    host.load()
+    found = problems(tmp_path, host, MINIMAL + "store: {url: 'sqlite:///x.db'}\n")
+    assert found[0].endswith(
+        "store.url: no installed store handles 'sqlite://' URLs (install koboi-store-sql)"
+    )

@@ -273,7 +273,7 @@ async def test_a_session_being_run_cannot_be_resumed_by_another() -> None:
     store.revive()
     sid = (await store.list_sessions())[0].id
     # The dead process's lease has not expired yet: a resumer is told who holds it.
-    with pytest.raises(LeaseHeld, match="session is being run by"):
+    with pytest.raises(LeaseHeld, match="is being run by"):
         await resume(store, sid, script())
 
 

@@ -81,14 +81,16 @@ class SessionNotFound(StoreError):
 class LeaseHeld(StoreError):
     """Another process is running the session."""
 
-    def __init__(self, holder: str, expires_at: float) -> None:
+    def __init__(self, holder: str, expires_at: float, session_id: str | None = None) -> None:
         import time
 
         self.holder = holder
         self.expires_at = expires_at
+        self.session_id = session_id
         left = max(0.0, expires_at - time.time())
+        which = f"session {session_id}" if session_id else "session"
         super().__init__(
-            f"session is being run by {holder} (its lease expires in {left:.0f} s unless renewed)"
+            f"{which} is being run by {holder} (its lease expires in {left:.0f} s unless renewed)"
         )
 
 

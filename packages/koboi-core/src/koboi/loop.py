@@ -165,6 +165,7 @@ class AgentRun:
         self._fenced_out = False
         self._final: FinalEvent | None = None
         self._buffer: list[NewEvent] = []
+        self._flush_lock = anyio.Lock()
         self._next_seq = state.last_seq + 1
         system = parts.config.agent.system_prompt
         # One append-only list holds what the model sees (system prompt first); each
@@ -194,26 +195,32 @@ class AgentRun:
         return seq
 
     async def flush(self) -> None:
-        """Commit the buffered events in one transaction, under this run's lease."""
-        if not self._buffer:
-            return
-        batch, self._buffer = self._buffer, []
-        fence = self.lease.fence if self.lease is not None else None
-        try:
-            stored = await self.parts.store.append(self.session_id, batch, fence=fence)
-        except FencedOut:
-            self._fenced_out = True
-            raise
-        if stored and stored[-1].seq != self._next_seq - 1:
-            raise KoboiError(
-                f"session {self.session_id!r} was written by someone else during this run "
-                f"(expected seq {self._next_seq - 1}, got {stored[-1].seq})"
-            )
+        """Commit the buffered events in one transaction, under this run's lease.
+
+        Flushes are serialised (parallel tool calls share the run), so batches
+        reach the store in the order their sequence numbers were handed out.
+        """
+        async with self._flush_lock:
+            if not self._buffer:
+                return
+            batch, self._buffer = self._buffer, []
+            first = self._next_seq - len(batch) - len(self._buffer)
+            fence = self.lease.fence if self.lease is not None else None
+            try:
+                stored = await self.parts.store.append(self.session_id, batch, fence=fence)
+            except FencedOut:
+                self._fenced_out = True
+                raise
+            if stored and stored[0].seq != first:
+                raise KoboiError(
+                    f"session {self.session_id!r} was written by someone else during this run "
+                    f"(expected seq {first}, got {stored[0].seq})"
+                )
+            for event in stored:
+                for observer in self._observers:
+                    with contextlib.suppress(Exception):
+                        await observer.on_event(event, self.info)
         await self._renew_if_due()
-        for event in stored:
-            for observer in self._observers:
-                with contextlib.suppress(Exception):
-                    await observer.on_event(event, self.info)
 
     async def _renew_if_due(self, *, margin: float = 0.5) -> None:
         """Renew the lease when less than ``margin`` of its time is left.

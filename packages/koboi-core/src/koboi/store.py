@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, Literal
 
+import anyio.lowlevel
+
 from koboi.errors import FencedOut, LeaseHeld, SessionNotFound, StoreError
 
 SessionStatus = Literal["created", "running", "completed", "failed", "interrupted", "cancelled"]
@@ -272,6 +274,9 @@ class InMemoryStore(Store):
     async def append(
         self, session_id: str, events: Sequence[NewEvent], *, fence: int | None = None
     ) -> list[JournalEvent]:
+        # Yield to the event loop like any real store would, so callers that race
+        # their own appends are caught by tests against this store too.
+        await anyio.lowlevel.checkpoint()
         log = self._events.get(session_id)
         if log is None:
             raise SessionNotFound(f"no session {session_id!r} in this store")
@@ -308,7 +313,7 @@ class InMemoryStore(Store):
         now = time.time()
         current = self._leases.get(session_id)
         if current is not None and current.holder != holder and current.expires_at > now:
-            raise LeaseHeld(current.holder, current.expires_at)
+            raise LeaseHeld(current.holder, current.expires_at, session_id)
         if current is not None and current.holder == holder:
             fence = current.fence
         else:
