@@ -318,3 +318,41 @@ async def test_a_zombie_that_lost_its_lease_writes_nothing() -> None:
     assert isinstance(outcome.get("error"), FencedOut)
     assert [e.seq for e in await store.read(sid)] == before  # the zombie wrote nothing
     assert taker.fence == 2
+
+
+async def test_a_dead_holder_on_this_host_is_taken_over_at_once() -> None:
+    import socket
+    import sys
+
+    from koboi.agent import holder_is_dead
+
+    store = CrashingStore(crash_at=3)
+    sid = await crash_run(store, script())
+    # A holder whose process has exited, on this host, with a lease far from expiry.
+    gone = await anyio.run_process([sys.executable, "-c", "import os; print(os.getpid())"])
+    dead = f"{socket.gethostname()}:{gone.stdout.decode().strip()}:abcd1234"
+    assert holder_is_dead(dead)
+    await store.acquire_lease(sid, dead, 3600)
+    result = await resume(store, sid, script())
+    assert result.outcome == "completed"
+    fences = [e.data.get("holder") for e in await store.read(sid) if e.type == "run_resumed"]
+    assert fences and fences[0] != dead
+
+
+async def test_a_live_or_remote_holder_is_respected() -> None:
+    import os
+    import socket
+
+    from koboi.agent import holder_is_dead
+
+    store = CrashingStore(crash_at=3)
+    sid = await crash_run(store, script())
+    alive = f"{socket.gethostname()}:{os.getppid()}:abcd1234"
+    remote = "another-host.example:12345:abcd1234"
+    assert not holder_is_dead(alive) and not holder_is_dead(remote)
+    assert not holder_is_dead("garbage")
+    for holder in (alive, remote):
+        await expire_leases(store)
+        await store.acquire_lease(sid, holder, 3600)
+        with pytest.raises(LeaseHeld, match="is being run by"):
+            await resume(store, sid, script())

@@ -360,3 +360,30 @@ async def test_a_full_disk_is_a_clear_error_and_the_journal_stays_readable(
         assert [e.seq for e in await store.append("s", big)] == [2, 3, 4]
     async with SQLStore(f"sqlite:///{db_path}") as store:
         assert [e.seq for e in await store.read("s")] == [1, 2, 3, 4]
+
+
+def test_latest_revision_constant_is_alembics_head() -> None:
+    from koboi_store_sql import migrate
+
+    assert migrate.revisions().head == migrate.LATEST_REVISION
+
+
+def test_reopening_an_up_to_date_database_does_not_import_alembic(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    db = tmp_path / "k.db"
+    code = (
+        "import anyio, sys\n"
+        "from pathlib import Path\n"
+        "from koboi_store_sql import SQLStore\n"
+        "async def main():\n"
+        f"    async with SQLStore('sqlite:///{db}', Path('.')) as s:\n"
+        "        await s.list_sessions()\n"
+        "anyio.run(main)\n"
+        "print('alembic' in sys.modules)\n"
+    )
+    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert first.stdout.strip() == "True"  # a new database is migrated
+    assert again.stdout.strip() == "False"  # an up-to-date one is not

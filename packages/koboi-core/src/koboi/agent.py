@@ -32,7 +32,7 @@ from koboi.config import (
     store_scheme,
     validate_config,
 )
-from koboi.errors import KoboiError, SessionNotFound
+from koboi.errors import KoboiError, LeaseHeld, SessionNotFound
 from koboi.events import AgentEvent, FinalEvent, RunResult
 from koboi.interceptors import Interceptor
 from koboi.loop import AgentRun, LoopParts
@@ -328,9 +328,16 @@ class KoboiAgent:
         """Hold the session's lease for the length of a run; release it after."""
         lock = self._session_locks.setdefault(session_id, anyio.Lock())
         async with lock:
-            lease = await parts.store.acquire_lease(
-                session_id, self.holder, self.config.agent.lease_seconds
-            )
+            ttl = self.config.agent.lease_seconds
+            try:
+                lease = await parts.store.acquire_lease(session_id, self.holder, ttl)
+            except LeaseHeld as held:
+                if not holder_is_dead(held.holder):
+                    raise
+                # Killed on this very machine: no need to wait for its lease to run out.
+                lease = await parts.store.acquire_lease(
+                    session_id, self.holder, ttl, take_over_from=held.holder
+                )
             try:
                 yield lease
             finally:
@@ -354,6 +361,28 @@ class KoboiAgent:
             config_hash=config.config_hash,
         )
         return info.id, J.SessionState()
+
+
+def holder_is_dead(holder: str) -> bool:
+    """True only when ``holder`` ("host:pid:tag") names a process of this host that is gone.
+
+    Anything else — another host, an unparsable holder, a live pid (or one
+    reused by another process) — counts as alive: then the lease must expire.
+    """
+    host, _, rest = holder.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OSError):
+        return False
+    return False
 
 
 def _shielded(close: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:

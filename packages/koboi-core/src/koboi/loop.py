@@ -633,6 +633,8 @@ class AgentRun:
             )
         else:
             approved, why, by = decision.approved, decision.reason, decision.decided_by
+        # Committed with what comes next (the call's start, or its refusal): losing a
+        # decision to a crash only means the approver is asked again on resume.
         await self.record(
             J.APPROVAL_DECIDED,
             {
@@ -642,6 +644,7 @@ class AgentRun:
                 "reason": why,
                 "decided_by": by,
             },
+            commit=False,
         )
         if approved:
             return None

@@ -151,13 +151,20 @@ class Store(ABC):
         """
 
     @abstractmethod
-    async def acquire_lease(self, session_id: str, holder: str, ttl: float) -> Lease:
+    async def acquire_lease(
+        self, session_id: str, holder: str, ttl: float, *, take_over_from: str | None = None
+    ) -> Lease:
         """Take the session for ``holder`` for ``ttl`` seconds.
 
         Succeeds when the session has no lease, an expired one, or one held by
         ``holder`` (which is then extended, same fence). Taking it from anyone
         else (after expiry) or taking a free session increments the fence.
         Raises :class:`LeaseHeld` naming the current holder otherwise.
+
+        ``take_over_from`` names a holder the caller knows to be dead (its process
+        is gone): a lease held by exactly that holder counts as expired. The check
+        is part of the same compare-and-set, so a lease renewed or taken by anyone
+        else in between is still respected.
         """
 
     @abstractmethod
@@ -308,11 +315,17 @@ class InMemoryStore(Store):
                 "this process must stop writing to it"
             )
 
-    async def acquire_lease(self, session_id: str, holder: str, ttl: float) -> Lease:
+    async def acquire_lease(
+        self, session_id: str, holder: str, ttl: float, *, take_over_from: str | None = None
+    ) -> Lease:
         await self.get_session(session_id)
         now = time.time()
         current = self._leases.get(session_id)
-        if current is not None and current.holder != holder and current.expires_at > now:
+        if (
+            current is not None
+            and current.holder not in (holder, take_over_from)
+            and current.expires_at > now
+        ):
             raise LeaseHeld(current.holder, current.expires_at, session_id)
         if current is not None and current.holder == holder:
             fence = current.fence

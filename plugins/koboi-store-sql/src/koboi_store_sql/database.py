@@ -319,13 +319,19 @@ class Database:
 
     def prepare(self, migrations: Path | None) -> None:
         """Refuse a database this koboi must not touch; create or upgrade the schema."""
-        known = migrate.revisions(migrations)
         target = self.target
         if target.dialect == "sqlite":
             assert target.path is not None
             # Before connecting for writing: a refused file is never modified.
-            migrate.refuse_if_newer(inspect_sqlite_file(target), known, target.label)
+            current = inspect_sqlite_file(target)
+            if migrations is None and current == migrate.LATEST_REVISION:
+                return  # up to date: nothing to check with alembic
+            migrate.refuse_if_newer(current, migrate.revisions(migrations), target.label)
             target.path.parent.mkdir(parents=True, exist_ok=True)
+        elif migrations is None:
+            with self.read() as connection:
+                if migrate.current_revision_sql(connection) == migrate.LATEST_REVISION:
+                    return
         with self.write(target.durability, target.busy_timeout) as connection:
             if target.dialect == "postgresql":
                 connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_MIGRATION_LOCK})")

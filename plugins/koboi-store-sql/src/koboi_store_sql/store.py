@@ -348,12 +348,18 @@ class SQLStore(Store):
                 "this process must stop writing to it"
             )
 
-    async def acquire_lease(self, session_id: str, holder: str, ttl: float) -> Lease:
+    async def acquire_lease(
+        self, session_id: str, holder: str, ttl: float, *, take_over_from: str | None = None
+    ) -> Lease:
         def acquire(connection: Connection) -> Lease:
             self._get(connection, session_id, lock=True)
             current = self._lease_row(connection, session_id)
             now = time.time()
-            if current is not None and current.holder != holder and current.expires_at > now:
+            if (
+                current is not None
+                and current.holder not in (holder, take_over_from)
+                and current.expires_at > now
+            ):
                 raise LeaseHeld(current.holder, float(current.expires_at), session_id)
             if current is not None and current.holder == holder:
                 fence = int(current.fence)
