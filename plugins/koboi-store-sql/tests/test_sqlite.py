@@ -387,3 +387,47 @@ def test_reopening_an_up_to_date_database_does_not_import_alembic(tmp_path: Path
     again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert first.stdout.strip() == "True"  # a new database is migrated
     assert again.stdout.strip() == "False"  # an up-to-date one is not
+
+
+@pytest.mark.anyio
+async def test_a_run_that_fills_the_disk_stops_clearly_and_resumes(db_path: Path) -> None:
+    from koboi import KoboiAgent, tool
+    from koboi_scripted import ScriptedProvider
+
+    url = f"sqlite:///{db_path}"
+    first_store = SQLStore(url)
+    calls: list[int] = []
+
+    @tool(risk="safe")
+    def produce(n: int) -> str:
+        """Produce a large result; the disk fills up while the second call runs."""
+        calls.append(n)
+        if n == 2 and len(calls) == 2:
+            _limit_pages(first_store, 0)
+        return "x" * 50_000
+
+    turns = [{"name": "produce", "arguments": {"n": i}} for i in (1, 2, 3)] + ["done"]
+    config = {"llm": {"provider": "scripted"}, "agent": {"stream": False}}
+
+    def agent(store: SQLStore) -> KoboiAgent:
+        # The agent opens and closes the store it is given.
+        return KoboiAgent.from_dict(
+            config,
+            provider=ScriptedProvider.from_turns(turns),
+            store=store,
+            extra_tools=[produce],
+        )
+
+    async with agent(first_store) as first:
+        with pytest.raises(StoreError, match="full"):
+            await first.run("go")
+    # Space is freed (the limit lived on the closed connection); what was committed
+    # is intact and readable, and the run resumes.
+    async with agent(SQLStore(url)) as second:
+        (session,) = await second.store.list_sessions()
+        types = [e.type for e in await second.store.read(session.id)]
+        assert types[-1] == "tool_call_started"
+        result = await second.resume_run(session.id)
+    assert (result.outcome, result.output) == ("completed", "done")
+    # The call that was running when the disk filled is in doubt: not run again.
+    assert calls == [1, 2, 3]

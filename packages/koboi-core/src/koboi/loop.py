@@ -163,6 +163,7 @@ class AgentRun:
         self._lease_ttl = parts.config.agent.lease_seconds
         self._finished = False
         self._fenced_out = False
+        self._store_failed = False
         self._final: FinalEvent | None = None
         self._buffer: list[NewEvent] = []
         self._flush_lock = anyio.Lock()
@@ -210,6 +211,12 @@ class AgentRun:
                 stored = await self.parts.store.append(self.session_id, batch, fence=fence)
             except FencedOut:
                 self._fenced_out = True
+                raise
+            except Exception:
+                # The store failed (disk full, I/O error, connection lost): stop without
+                # trying to write any more, leaving the run interrupted and resumable
+                # from what was committed.
+                self._store_failed = True
                 raise
             if stored and stored[0].seq != first:
                 raise KoboiError(
@@ -370,14 +377,14 @@ class AgentRun:
         except FencedOut:
             raise
         except Exception as exc:
-            if self._finished or self._fenced_out:
+            if self._finished or self._fenced_out or self._store_failed:
                 raise
             try:
                 guard.final = await self._finish("failed", "", _describe(exc))
             except Exception:
                 raise exc from None
         finally:
-            if not self._finished and not self._fenced_out:
+            if not (self._finished or self._fenced_out or self._store_failed):
                 # Cancelled, or the caller stopped listening: record it, whatever happens next.
                 with anyio.CancelScope(shield=True):
                     await self._finish("cancelled", "", "the run was cancelled")
