@@ -172,7 +172,7 @@ def test_resume_last_completes_an_interrupted_session(
         "ACTIVITY",
         "AGENT",
     ]
-    assert row.split()[:5] == [sid, "running", "yes", "1", "1"]
+    assert row.split()[:5] == [sid, "interrupted", "yes", "1", "1"]  # no live holder
     assert row.split()[-1] == "calc"
 
     # A real process, as after a crash: a fresh interpreter finds the store by the config.
@@ -489,3 +489,27 @@ def test_ago() -> None:
     assert ago(125) == "2 min ago"
     assert ago(7200) == "2 h ago"
     assert ago(3 * 86400) == "3 d ago"
+
+
+def test_session_row_status_follows_the_lease() -> None:
+    import os
+    import socket
+    import time
+
+    from koboi.store import JournalEvent, Lease, SessionInfo
+    from koboi_cli.cmd_sessions import session_row
+
+    info = SessionInfo(id="s", status="running", created_at=0.0, updated_at=0.0)
+    events = [JournalEvent("s", 1, "run_started", {"input": "go"}, 0.0)]
+    alive = f"{socket.gethostname()}:{os.getpid()}:x"
+    held = session_row(info, events, Lease("s", alive, 1, time.time() + 60))
+    assert (held.status, held.resumable, held.holder) == ("running", False, alive)
+    expired = session_row(info, events, Lease("s", alive, 1, time.time() - 1))
+    assert (expired.status, expired.resumable) == ("interrupted", True)
+    never = session_row(info, events, None)
+    assert (never.status, never.resumable) == ("interrupted", True)
+    done = session_row(
+        SessionInfo(id="s", status="completed", created_at=0.0, updated_at=0.0),
+        [*events, JournalEvent("s", 2, "run_finished", {"outcome": "completed"}, 0.0)],
+    )
+    assert (done.status, done.resumable) == ("completed", False)

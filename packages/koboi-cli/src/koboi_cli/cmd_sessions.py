@@ -25,7 +25,7 @@ from koboi_cli.stores import StoreTarget, open_store, store_target
 from koboi_cli.style import Style, err, table, write
 
 if TYPE_CHECKING:
-    from koboi.store import JournalEvent, SessionInfo, SessionStatus, Store
+    from koboi.store import JournalEvent, Lease, SessionInfo, SessionStatus, Store
 
 #: How long a one-line summary in ``koboi show`` may get.
 SUMMARY_CHARS = 120
@@ -49,17 +49,33 @@ class SessionRow:
     #: Model calls that finished, over all the session's runs.
     steps: int
     runs: int
+    #: What to show: the stored status, except that a run whose process is gone
+    #: (its lease expired, or its holder is a dead process of this host) is
+    #: "interrupted" rather than "running".
+    status: str = ""
+    holder: str | None = None
 
 
-def session_row(info: SessionInfo, events: list[JournalEvent]) -> SessionRow:
+def session_row(
+    info: SessionInfo, events: list[JournalEvent], lease: Lease | None = None
+) -> SessionRow:
     from koboi import journal as J
+    from koboi.agent import holder_is_dead
 
     state = J.fold_state(events)
+    status: str = info.status
+    live = lease is not None and lease.expires_at > time.time() and not holder_is_dead(lease.holder)
+    if state.interrupted and not live:
+        status = "interrupted"
+    elif state.interrupted and live:
+        status = "running"
     return SessionRow(
         info=info,
-        resumable=state.interrupted,
+        resumable=state.interrupted and not live,
         steps=sum(1 for e in events if e.type == J.MODEL_CALL_FINISHED),
         runs=sum(1 for e in events if e.type == J.RUN_STARTED),
+        status=status,
+        holder=lease.holder if live and lease is not None else None,
     )
 
 
@@ -67,8 +83,10 @@ def row_json(row: SessionRow) -> dict[str, Any]:
     info = row.info
     return {
         "id": info.id,
-        "status": info.status,
+        "status": row.status,
+        "stored_status": info.status,
         "resumable": row.resumable,
+        "held_by": row.holder,
         "runs": row.runs,
         "steps": row.steps,
         "agent": info.config_name,
@@ -91,7 +109,7 @@ def list_sessions(config: Path | None, *, limit: int, status: str | None, as_jso
         cells = [
             [
                 r.info.id,
-                r.info.status,
+                r.status,
                 "yes" if r.resumable else "no",
                 str(r.runs),
                 str(r.steps),
@@ -112,7 +130,10 @@ def list_sessions(config: Path | None, *, limit: int, status: str | None, as_jso
 async def _session_rows(target: StoreTarget, limit: int, status: str | None) -> list[SessionRow]:
     async with open_store(target) as store:
         infos = await store.list_sessions(limit=limit, status=_status(status))
-        return [session_row(info, await store.read(info.id)) for info in infos]
+        return [
+            session_row(info, await store.read(info.id), await store.get_lease(info.id))
+            for info in infos
+        ]
 
 
 def _status(status: str | None) -> SessionStatus | None:
@@ -157,7 +178,7 @@ def ago(seconds: float) -> str:
 
 def show_session(ref: str, config: Path | None, *, as_json: bool) -> None:
     target = store_target(config)
-    info, events = anyio.run(_session_events, target, ref)
+    info, events, lease = anyio.run(_session_events, target, ref)
     if as_json:
         for event in events:
             line = {
@@ -170,12 +191,12 @@ def show_session(ref: str, config: Path | None, *, as_json: bool) -> None:
             write(sys.stdout, json.dumps(line, ensure_ascii=False) + "\n")
         return
     style = Style(sys.stdout)
-    row = session_row(info, events)
+    row = session_row(info, events, lease)
     created = datetime.fromtimestamp(info.created_at).strftime("%Y-%m-%d %H:%M:%S")
     write(
         sys.stdout,
         f"{style.bold('session')} {info.id}\n"
-        f"  agent {info.config_name or '-'}, status {info.status}, "
+        f"  agent {info.config_name or '-'}, status {row.status}, "
         f"{row.runs} run{'' if row.runs == 1 else 's'}, {row.steps} "
         f"step{'' if row.steps == 1 else 's'}, created {created}"
         f"{', interrupted: resumable' if row.resumable else ''}\n\n",
@@ -197,10 +218,12 @@ def show_session(ref: str, config: Path | None, *, as_json: bool) -> None:
     write(sys.stdout, table(["SEQ", "TIME", "TYPE", "SUMMARY"], rows, style, {2: style.cyan}))
 
 
-async def _session_events(target: StoreTarget, ref: str) -> tuple[SessionInfo, list[JournalEvent]]:
+async def _session_events(
+    target: StoreTarget, ref: str
+) -> tuple[SessionInfo, list[JournalEvent], Lease | None]:
     async with open_store(target) as store:
         info = await resolve(store, ref, target)
-        return info, await store.read(info.id)
+        return info, await store.read(info.id), await store.get_lease(info.id)
 
 
 async def resolve(store: Store, ref: str, target: StoreTarget) -> SessionInfo:

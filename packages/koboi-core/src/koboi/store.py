@@ -168,6 +168,10 @@ class Store(ABC):
         """
 
     @abstractmethod
+    async def get_lease(self, session_id: str) -> Lease | None:
+        """The session's current lease (possibly expired), or None if it never had one."""
+
+    @abstractmethod
     async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         """Extend a lease still held; :class:`FencedOut` if another process took over."""
 
@@ -335,6 +339,10 @@ class InMemoryStore(Store):
         lease = Lease(session_id, holder, fence, now + ttl)
         self._leases[session_id] = lease
         return lease
+
+    async def get_lease(self, session_id: str) -> Lease | None:
+        await self.get_session(session_id)
+        return self._leases.get(session_id)
 
     async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         self._check_fence(lease.session_id, lease.fence)

@@ -377,6 +377,16 @@ class SQLStore(Store):
 
         return await self._write(acquire)
 
+    async def get_lease(self, session_id: str) -> Lease | None:
+        def get(connection: Connection) -> Lease | None:
+            self._get(connection, session_id)
+            row = self._lease_row(connection, session_id)
+            if row is None:
+                return None
+            return Lease(session_id, str(row.holder), int(row.fence), float(row.expires_at))
+
+        return await self._read(get)
+
     async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
         def renew(connection: Connection) -> Lease:
             self._get(connection, lease.session_id, lock=True)

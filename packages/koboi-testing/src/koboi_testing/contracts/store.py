@@ -546,6 +546,35 @@ class StoreContract:
             await store.append(sid, [NewEvent("x")], fence=lease.fence)
 
     @pytest.mark.anyio
+    async def test_get_lease_reports_the_current_holder(self, store: Store) -> None:
+        sid = (await store.create_session(_unique("get-lease"))).id
+        assert await store.get_lease(sid) is None
+        lease = await store.acquire_lease(sid, "worker-a", 30)
+        seen = await store.get_lease(sid)
+        assert seen is not None
+        assert (seen.holder, seen.fence) == ("worker-a", lease.fence)
+        assert abs(seen.expires_at - lease.expires_at) < 1.0
+        await store.release_lease(lease)
+        released = await store.get_lease(sid)
+        assert released is not None and released.expires_at <= time.time()
+        with pytest.raises(SessionNotFound):
+            await store.get_lease(_unique("missing"))
+
+    @pytest.mark.anyio
+    async def test_take_over_from_a_dead_holder_skips_the_wait(self, store: Store) -> None:
+        sid = (await store.create_session(_unique("take-over"))).id
+        dead = await store.acquire_lease(sid, "dead-worker", 3600)
+        with pytest.raises(LeaseHeld):
+            await store.acquire_lease(sid, "rescuer", 30, take_over_from="someone-else")
+        taken = await store.acquire_lease(sid, "rescuer", 30, take_over_from="dead-worker")
+        assert taken.fence == dead.fence + 1
+        # The compare-and-set respects whoever holds it now.
+        with pytest.raises(LeaseHeld):
+            await store.acquire_lease(sid, "late", 30, take_over_from="dead-worker")
+        with pytest.raises(FencedOut):
+            await store.append(sid, [NewEvent("x")], fence=dead.fence)
+
+    @pytest.mark.anyio
     async def test_release_after_takeover_is_a_no_op(self, store: Store) -> None:
         sid = (await store.create_session(_unique("release"))).id
         old = await store.acquire_lease(sid, "worker-a", _TTL)
