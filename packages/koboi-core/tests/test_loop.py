@@ -355,3 +355,37 @@ async def test_each_request_keeps_the_conversation_it_was_sent(system_prompt: st
         assert provider.requests[0].messages[0].content == "Be brief."
     assert provider.requests[2].messages[-1].content == "7"
     assert provider.requests[1].messages[-1:] == [provider.requests[1].messages[-1]]
+
+
+class WaitingStore(InMemoryStore):
+    """Appends take a while, unevenly, as with a real database: concurrent appends would
+    reach it out of order unless the run serialises its flushes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    async def append(self, session_id: str, events: Any, *, fence: int | None = None) -> Any:
+        self.calls += 1
+        await anyio.sleep(0.02 if self.calls % 2 else 0.001)
+        return await super().append(session_id, events, fence=fence)
+
+
+async def test_parallel_tool_calls_against_a_store_that_waits() -> None:
+    @tool
+    async def nap(seconds: float) -> str:
+        """Sleep."""
+        await anyio.sleep(seconds)
+        return f"slept {seconds}"
+
+    store = WaitingStore()
+    calls = [{"name": "nap", "arguments": {"seconds": s}} for s in (0.03, 0.0, 0.01, 0.02)]
+    async with agent([calls, "done"], tools=(nap,), parallel_tool_calls=True, store=store) as a:
+        result = await a.run("x")
+    assert result.outcome == "completed"
+    events = await store.read(result.session_id)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    started = [e.data["call_id"] for e in events if e.type == "tool_call_started"]
+    assert len(started) == 4
+    contents = [m.content for m in result.messages if m.role == "tool"]
+    assert contents == ["slept 0.03", "slept 0.0", "slept 0.01", "slept 0.02"]

@@ -166,7 +166,9 @@ class AgentRun:
         self._store_failed = False
         self._final: FinalEvent | None = None
         self._buffer: list[NewEvent] = []
-        self._flush_lock = anyio.Lock()
+        # fast_acquire: an uncontended flush (the usual case) takes the lock without
+        # a trip through the event loop.
+        self._flush_lock = anyio.Lock(fast_acquire=True)
         self._next_seq = state.last_seq + 1
         system = parts.config.agent.system_prompt
         # One append-only list holds what the model sees (system prompt first); each

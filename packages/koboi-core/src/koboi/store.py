@@ -17,8 +17,6 @@ from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, Literal
 
-import anyio.lowlevel
-
 from koboi.errors import FencedOut, LeaseHeld, SessionNotFound, StoreError
 
 SessionStatus = Literal["created", "running", "completed", "failed", "interrupted", "cancelled"]
@@ -285,9 +283,6 @@ class InMemoryStore(Store):
     async def append(
         self, session_id: str, events: Sequence[NewEvent], *, fence: int | None = None
     ) -> list[JournalEvent]:
-        # Yield to the event loop like any real store would, so callers that race
-        # their own appends are caught by tests against this store too.
-        await anyio.lowlevel.checkpoint()
         log = self._events.get(session_id)
         if log is None:
             raise SessionNotFound(f"no session {session_id!r} in this store")
