@@ -226,3 +226,19 @@ def test_hook_may_declare_fewer_arguments_than_the_spec() -> None:
     host.add_plugin(Plugin(), "quiet")
     config = validate_config({"llm": {"provider": "scripted"}}, host.catalog())
     assert [type(i).__name__ for i in host.interceptors(config)] == ["Quiet"]
+
+
+def test_collecting_commands_imports_no_pydantic() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from koboi.plugins import PluginHost\n"
+        "host = PluginHost(strict=True)\n"
+        "host.load()\n"
+        "host.commands()\n"
+        "print(sorted(m for m in ('pydantic', 'koboi.loop', 'koboi.config') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

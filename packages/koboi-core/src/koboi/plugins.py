@@ -358,11 +358,11 @@ def _registrar(
 ) -> Callable[..., None]:
     """The ``register`` callable handed to ``hook``, bound to ``plugin``."""
 
-    from pydantic import BaseModel  # registration needs it; discovery does not
-
     def options_model(name: str, options: Any) -> type[BaseModel] | None:
         if options is None:
             return None
+        from pydantic import BaseModel  # only when something registers a model
+
         if isinstance(options, type) and issubclass(options, BaseModel):
             return options
         raise RegistrationError(f"{name!r}: options must be a pydantic BaseModel class")
@@ -372,6 +372,8 @@ def _registrar(
         def register_section(
             section: str, model: type[BaseModel], *, description: str = ""
         ) -> None:
+            from pydantic import BaseModel
+
             if not (isinstance(model, type) and issubclass(model, BaseModel)):
                 raise RegistrationError(
                     f"config section {section!r}: model must be a BaseModel class"
