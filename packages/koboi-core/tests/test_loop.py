@@ -291,6 +291,8 @@ async def test_session_continues_from_its_journal() -> None:
             "two",
             "second answer",
         ]
+        # Each run reports its own usage and steps, not the session's running total.
+        assert (second.steps, second.usage.requests) == (1, 1)
 
 
 async def test_breaking_out_of_the_stream_records_cancelled() -> None:

@@ -40,6 +40,7 @@ from koboi.messages import (
     ResponseDone,
     TextDelta,
     ToolCall,
+    Usage,
 )
 from koboi.store import Lease, NewEvent, Store
 from koboi.tools import Risk, Tool, ToolContext, ToolResult
@@ -253,6 +254,8 @@ class AgentRun:
     async def execute(self, user_input: str) -> AsyncGenerator[AgentEvent, None]:
         """Run the loop for a new user message; the last event is always a FinalEvent."""
         config = self.config
+        # A new run counts its own steps and usage, whatever earlier runs used.
+        self.usage, self.step = Usage(), 0
         async with self._guard() as guard:
             await self.parts.store.set_status(self.session_id, "running", fence=self._fence())
             await self.record(
