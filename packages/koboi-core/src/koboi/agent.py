@@ -114,7 +114,11 @@ class KoboiAgent:
     # -- lifecycle ---------------------------------------------------------------
 
     async def open(self) -> None:
-        """Build the provider, store, sandbox, tools and interceptors. Idempotent."""
+        """Build the provider, store, sandbox, tools and interceptors. Idempotent.
+
+        Starts the agent's lease keeper (a task group), so :meth:`close` must be
+        awaited by the same task — ``async with agent:`` does that for you.
+        """
         if self._parts is not None:
             return
         stack = AsyncExitStack()
