@@ -25,7 +25,7 @@ Event types and their data (all JSON):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,54 +65,9 @@ INTERRUPTED_RESULT = (
 )
 
 
-def fold_messages(events: Iterable[Any]) -> list[Message]:
-    """Rebuild the conversation (without the system prompt) from journal events.
-
-    Each ``run_started`` adds the user message, each ``model_call_finished`` the
-    assistant message, each ``tool_call_finished`` / ``tool_call_refused`` the
-    tool result. A tool call the model made that has no recorded outcome (the
-    process died while it ran) gets an "interrupted, outcome unknown" result, so
-    the folded conversation is always well formed.
-    """
-    messages: list[Message] = []
-    # call id -> (call, outcome); outcomes are emitted in the order the model asked.
-    pending: dict[str, tuple[Any, tuple[str, bool] | None]] = {}
-
-    def close_pending() -> None:
-        for call, outcome in pending.values():
-            content, is_error = outcome if outcome is not None else (INTERRUPTED_RESULT, True)
-            messages.append(Message.tool_result(call, content, is_error=is_error))
-        pending.clear()
-
-    for event in events:
-        kind, data = event.type, event.data
-        if kind == RUN_STARTED:
-            close_pending()
-            messages.append(Message.user(str(data.get("input", ""))))
-        elif kind == MODEL_CALL_FINISHED:
-            close_pending()
-            response = ModelResponse.model_validate(data["response"])
-            messages.append(response.message)
-            for call in response.message.tool_calls:
-                pending[call.id] = (call, None)
-        elif kind in (TOOL_CALL_FINISHED, TOOL_CALL_REFUSED, TOOL_CALL_INTERRUPTED):
-            entry = pending.get(str(data.get("call_id")))
-            if entry is None:
-                continue
-            if kind == TOOL_CALL_FINISHED:
-                outcome = (str(data.get("content", "")), bool(data.get("is_error")))
-            elif kind == TOOL_CALL_INTERRUPTED:
-                outcome = (INTERRUPTED_RESULT, True)
-            else:
-                outcome = (str(data.get("reason", "refused")), True)
-            pending[str(data.get("call_id"))] = (entry[0], outcome)
-    close_pending()
-    return messages
-
-
 @dataclass
 class PendingCall:
-    """A tool call of the last model response that has no recorded outcome."""
+    """A tool call of the last model response, and what the journal knows about it."""
 
     call: ToolCall
     step: int
@@ -137,29 +92,51 @@ class SessionState:
     step: int = 0
     #: Usage of the interrupted run so far.
     usage: Usage = field(default_factory=Usage)
-    #: For an interrupted run: every call of the last model response, in the model's
-    #: order, with the outcome the journal has for it (None when it has none).
+    #: Every call of the last model response not yet answered in ``messages``, in the
+    #: model's order, with the outcome the journal has for it (None when it has none).
+    #: Non-empty only for an interrupted run.
     pending: list[PendingCall] = field(default_factory=list)
     #: How the last finished run ended (``completed``, ``failed``...), if any.
     last_outcome: str | None = None
 
 
+def fold_messages(events: Iterable[Any]) -> list[Message]:
+    """Rebuild the conversation (without the system prompt) from journal events.
+
+    Each ``run_started`` adds the user message, each ``model_call_finished`` the
+    assistant message, each ``tool_call_finished`` / ``tool_call_refused`` the
+    tool result. A tool call the model made that has no recorded outcome (the
+    process died while it ran) gets an "interrupted, outcome unknown" result, so
+    the folded conversation is always well formed.
+    """
+    state = fold_state(events)
+    return [*state.messages, *(result_message(p) for p in state.pending)]
+
+
+def result_message(pending: PendingCall) -> Message:
+    """The tool message answering ``pending``: its recorded outcome, else "interrupted"."""
+    content, is_error = pending.outcome or (INTERRUPTED_RESULT, True)
+    return Message.tool_result(pending.call, content, is_error=is_error)
+
+
+def _outcome(kind: str, data: Mapping[str, Any]) -> tuple[str, bool]:
+    if kind == TOOL_CALL_FINISHED:
+        return str(data.get("content", "")), bool(data.get("is_error"))
+    if kind == TOOL_CALL_INTERRUPTED:
+        return INTERRUPTED_RESULT, True
+    return str(data.get("reason", "refused")), True
+
+
 def fold_state(events: Iterable[Any]) -> SessionState:
     """Fold a journal into a :class:`SessionState` (the inverse of what the loop wrote)."""
     state = SessionState()
-    done: dict[str, tuple[str, bool]] = {}
-    pending: dict[str, PendingCall] = {}
-    order: list[str] = []
     messages = state.messages
+    # Calls of the last model response, in the model's order, with their outcomes.
+    pending: dict[str, PendingCall] = {}
 
     def settle() -> None:
-        for call_id in order:
-            entry = pending[call_id]
-            content, is_error = done.get(call_id, (INTERRUPTED_RESULT, True))
-            messages.append(Message.tool_result(entry.call, content, is_error=is_error))
+        messages.extend(result_message(p) for p in pending.values())
         pending.clear()
-        done.clear()
-        order.clear()
 
     for event in events:
         kind, data = event.type, event.data
@@ -176,30 +153,18 @@ def fold_state(events: Iterable[Any]) -> SessionState:
             state.usage = state.usage + response.usage
             for call in response.message.tool_calls:
                 pending[call.id] = PendingCall(call, state.step)
-                order.append(call.id)
         elif kind == TOOL_CALL_STARTED:
             entry = pending.get(str(data.get("call_id")))
             if entry is not None:
                 entry.started = True
                 entry.idempotent = bool(data.get("idempotent"))
         elif kind in (TOOL_CALL_FINISHED, TOOL_CALL_REFUSED, TOOL_CALL_INTERRUPTED):
-            call_id = str(data.get("call_id"))
-            if call_id not in pending:
-                continue
-            if kind == TOOL_CALL_FINISHED:
-                done[call_id] = (str(data.get("content", "")), bool(data.get("is_error")))
-            elif kind == TOOL_CALL_INTERRUPTED:
-                done[call_id] = (INTERRUPTED_RESULT, True)
-            else:
-                done[call_id] = (str(data.get("reason", "refused")), True)
+            entry = pending.get(str(data.get("call_id")))
+            if entry is not None:
+                entry.outcome = _outcome(kind, data)
         elif kind == RUN_FINISHED:
             settle()
             state.interrupted = False
             state.last_outcome = str(data.get("outcome"))
-    if state.interrupted:
-        for call_id in order:
-            pending[call_id].outcome = done.get(call_id)
-        state.pending = [pending[c] for c in order]
-    else:
-        settle()
+    state.pending = list(pending.values())
     return state

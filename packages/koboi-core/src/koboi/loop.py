@@ -42,7 +42,7 @@ from koboi.messages import (
     ToolCall,
     Usage,
 )
-from koboi.store import Lease, NewEvent, Store
+from koboi.store import Lease, NewEvent, SessionStatus, Store
 from koboi.tools import Risk, Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
@@ -51,6 +51,14 @@ if TYPE_CHECKING:
     from koboi.sandbox import Sandbox
 
 _RISK_RANK = {Risk.SAFE: 0, Risk.MODERATE: 1, Risk.DESTRUCTIVE: 2}
+
+#: The session status a run's outcome leaves behind.
+_SESSION_STATUS: dict[Outcome, SessionStatus] = {
+    "completed": "completed",
+    "max_iterations": "completed",
+    "failed": "failed",
+    "cancelled": "interrupted",
+}
 
 
 @dataclass
@@ -303,16 +311,16 @@ class AgentRun:
                 self._final = await self._finish("completed", last.content)
                 ended = True
             for pending in state.pending if not ended else ():
-                if pending.outcome is not None:
-                    content, is_error = pending.outcome  # done before the crash: never re-run
-                    results.append(
-                        (
-                            Message.tool_result(pending.call, content, is_error=is_error),
-                            ToolResultEvent(
-                                pending.call.id, pending.call.name, content, is_error, pending.step
-                            ),
-                        )
+                if pending.outcome is not None:  # done before the crash: never run again
+                    message = J.result_message(pending)
+                    recorded = ToolResultEvent(
+                        pending.call.id,
+                        pending.call.name,
+                        message.content,
+                        message.is_error,
+                        pending.step,
                     )
+                    results.append((message, recorded))
                     continue
                 outcome = await self._resume_call(pending)
                 if outcome is None:
@@ -473,16 +481,8 @@ class AgentRun:
                 "usage": usage.model_dump(),
             },
         )
-        status = {
-            "completed": "completed",
-            "max_iterations": "completed",
-            "failed": "failed",
-            "cancelled": "interrupted",
-        }[outcome]
         await self.parts.store.set_status(
-            self.session_id,
-            status,  # type: ignore[arg-type]
-            fence=self._fence(),
+            self.session_id, _SESSION_STATUS[outcome], fence=self._fence()
         )
         result = RunResult(
             session_id=self.session_id,
