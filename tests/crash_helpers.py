@@ -155,12 +155,6 @@ class Demo:
             time.sleep(0.01)
         raise AssertionError(f"no pause marker after {timeout} s:\n{proc.describe()}")
 
-    def wait_lease_expiry(self, killed_at: float) -> None:
-        """A SIGKILLed holder cannot release its lease: wait until it has expired."""
-        left = killed_at + self.lease_seconds + 0.05 - time.time()
-        if left > 0:
-            time.sleep(left)
-
     # -- the journal -----------------------------------------------------------
 
     def journal(self, ref: str = "last") -> tuple[Any, list[Any]]:
@@ -234,9 +228,9 @@ def make_demo(
     *,
     store_url: str = "sqlite:///.koboi/koboi.db",
     step_seconds: float = 0.03,
-    lease_seconds: float = 1.0,
+    lease_seconds: float = 30.0,
 ) -> Demo:
-    """Copy the demo config into ``directory`` with a fast step, a short lease and ``store_url``."""
+    """Copy the demo config into ``directory`` with a fast step, ``lease_seconds`` and ``store_url``."""
     directory.mkdir(parents=True, exist_ok=True)
     data = yaml.safe_load(DEMO_CONFIG.read_text(encoding="utf-8"))
     data["agent"]["lease_seconds"] = lease_seconds

@@ -75,7 +75,7 @@ def trial(
     directory: Path, rng: random.Random, duration: float, step_seconds: float
 ) -> dict[str, Any]:
     """One random-time SIGKILL and resume of the crash demo; the audit of the result."""
-    demo = crash.make_demo(directory, step_seconds=step_seconds, lease_seconds=0.5)
+    demo = crash.make_demo(directory, step_seconds=step_seconds)
     proc = demo.start()
     deadline = time.monotonic() + 60
     while not demo.log.exists() and time.monotonic() < deadline:  # the run is under way
@@ -83,13 +83,12 @@ def trial(
             raise RuntimeError(proc.describe())
         time.sleep(0.005)
     time.sleep(rng.uniform(0.0, duration))
-    killed_at = proc.kill()
+    proc.kill()
     if proc.popen.returncode == 0:
         return {"killed": False}
     info, before = demo.journal()
     if not J.fold_state(before).interrupted:
         return {"killed": False}  # between run_finished and the exit: nothing to resume
-    demo.wait_lease_expiry(killed_at)
     resumer = demo.resume()
     code = resumer.wait()
     if code != 0:
