@@ -252,3 +252,15 @@ def test_store_scheme_hint_names_the_distribution(
     assert found[0].endswith(
         "store.url: no installed store handles 'sqlite://' URLs (install koboi-store-sql)"
     )
+
+
+def test_build_store_uses_the_plugin_for_the_scheme(tmp_path: Path, host: PluginHost) -> None:
+    from koboi.config import build_store
+    from koboi.errors import KoboiError
+    from koboi.store import InMemoryStore
+
+    assert isinstance(build_store("memory://", tmp_path, host.catalog()), InMemoryStore)
+    with pytest.raises(
+        KoboiError, match=r"no installed store handles 'mongodb://' URLs \(installed"
+    ):
+        build_store("mongodb://db/x", tmp_path, host.catalog())

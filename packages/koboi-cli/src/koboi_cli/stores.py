@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from koboi_cli import host
-from koboi_cli.errors import CliError
 
 if TYPE_CHECKING:
     from koboi.store import Store
@@ -56,20 +55,8 @@ def store_target(config: Path | None) -> StoreTarget:
 @asynccontextmanager
 async def open_store(target: StoreTarget) -> AsyncIterator[Store]:
     """Build the store plugin's store for ``target`` and keep it open for the block."""
-    from koboi.config import store_scheme
-    from koboi.store import Store
+    from koboi.config import build_store
 
-    catalog = host.get_host().catalog()
-    scheme = store_scheme(target.url) or ""
-    entry = catalog.stores.get(scheme)
-    if entry is None:
-        known = ", ".join(sorted(f"{e.name}://" for e in catalog.stores)) or "none"
-        raise CliError(
-            f"no installed store handles {target.shown_url!r} (installed stores: {known}); "
-            "install the store's plugin (sqlite and postgresql: koboi-store-sql)"
-        )
-    store = entry.target(target.url, target.base_dir)
-    if not isinstance(store, Store):
-        raise CliError(f"store plugin {entry.plugin!r} returned {store!r}, not a koboi.Store")
+    store = build_store(target.url, target.base_dir, host.get_host().catalog())
     async with store:
         yield store

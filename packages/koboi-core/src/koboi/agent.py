@@ -26,10 +26,10 @@ from koboi import journal as J
 from koboi.approval import Approver, DenyAllApprover
 from koboi.config import (
     AgentConfig,
+    build_store,
     load_config,
     load_env_files,
     resolve_store_url,
-    store_scheme,
     validate_config,
 )
 from koboi.errors import KoboiError, LeaseHeld, SessionNotFound
@@ -125,7 +125,9 @@ class KoboiAgent:
         try:
             catalog = self.host.catalog()
             config = self.config
-            store = self._store or self._build_store(catalog)
+            store = self._store or build_store(
+                resolve_store_url(config, catalog), config.base_dir, catalog
+            )
             await store.open()
             stack.push_async_callback(_shielded(store.close))
             provider = self._provider or self._build_provider(catalog)
@@ -188,17 +190,6 @@ class KoboiAgent:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
-
-    def _build_store(self, catalog: Any) -> Store:
-        url = resolve_store_url(self.config, catalog)
-        scheme = store_scheme(url) or ""
-        entry = catalog.stores.get(scheme)
-        if entry is None:
-            raise KoboiError(f"no installed store handles '{scheme}://' URLs")
-        store = entry.target(url, self.config.base_dir)
-        if not isinstance(store, Store):
-            raise KoboiError(f"store plugin {entry.plugin!r} returned {store!r}, not a koboi.Store")
-        return store
 
     def _build_provider(self, catalog: Any) -> ModelProvider:
         entry = catalog.providers.get(self.config.llm.provider)

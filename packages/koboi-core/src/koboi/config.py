@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -26,6 +26,9 @@ from koboi.interpolation import interpolate, load_dotenv
 from koboi.plugins import Catalog
 from koboi.registry import Registry
 from koboi.tools import Risk
+
+if TYPE_CHECKING:
+    from koboi.store import Store
 
 Mode = Literal["chat", "plan", "act", "auto", "yolo"]
 
@@ -530,10 +533,19 @@ class _Checker:
             )
             return
         if scheme not in self.catalog.stores:
-            dist = _hints.STORE_SCHEMES.get(scheme)
-            known = self.catalog.stores.names()
-            hint = f"install {dist}" if dist else f"installed store schemes: {', '.join(known)}"
-            self.add("store.url", f"no installed store handles '{scheme}://' URLs", hint)
+            self.add(
+                "store.url",
+                f"no installed store handles '{scheme}://' URLs",
+                _store_hint(scheme, self.catalog),
+            )
+
+
+def _store_hint(scheme: str, catalog: Catalog) -> str:
+    """What to do about a store scheme no installed plugin handles."""
+    dist = _hints.STORE_SCHEMES.get(scheme)
+    if dist:
+        return f"install {dist}"
+    return f"installed store schemes: {', '.join(catalog.stores.names()) or 'none'}"
 
 
 def store_scheme(url: str) -> str | None:
@@ -566,6 +578,22 @@ def resolve_store_url(config: AgentConfig | None, catalog: Catalog) -> str:
     if defaults:
         return str(defaults[0].extra["default_url"])
     return "memory://"
+
+
+def build_store(url: str, base_dir: Path, catalog: Catalog) -> Store:
+    """The store the installed plugin for ``url``'s scheme makes (not yet opened)."""
+    from koboi.errors import KoboiError
+    from koboi.store import Store
+
+    scheme = store_scheme(url) or ""
+    entry = catalog.stores.get(scheme)
+    if entry is None:
+        hint = _store_hint(scheme, catalog)
+        raise KoboiError(f"no installed store handles '{scheme}://' URLs ({hint})")
+    store = entry.target(url, base_dir)
+    if not isinstance(store, Store):
+        raise KoboiError(f"store plugin {entry.plugin!r} returned {store!r}, not a koboi.Store")
+    return store
 
 
 def config_schema(catalog: Catalog) -> dict[str, Any]:
