@@ -9,7 +9,6 @@ working directory when no config is given, exactly as ``koboi run`` does.
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -32,7 +31,9 @@ class StoreTarget:
     @property
     def shown_url(self) -> str:
         """The URL without its password, for messages."""
-        return re.sub(r"(://[^\s:/@]+:)[^\s@/]+@", r"\1***@", self.url)
+        from koboi_cli.redact import mask_secrets
+
+        return mask_secrets(self.url)
 
     @property
     def is_memory(self) -> bool:
