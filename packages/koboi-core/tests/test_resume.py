@@ -324,7 +324,7 @@ async def test_a_dead_holder_on_this_host_is_taken_over_at_once() -> None:
     import socket
     import sys
 
-    from koboi.agent import holder_is_dead
+    from koboi.store import holder_is_dead
 
     store = CrashingStore(crash_at=3)
     sid = await crash_run(store, script())
@@ -343,7 +343,7 @@ async def test_a_live_or_remote_holder_is_respected() -> None:
     import os
     import socket
 
-    from koboi.agent import holder_is_dead
+    from koboi.store import holder_is_dead
 
     store = CrashingStore(crash_at=3)
     sid = await crash_run(store, script())

@@ -60,7 +60,7 @@ def session_row(
     info: SessionInfo, events: list[JournalEvent], lease: Lease | None = None
 ) -> SessionRow:
     from koboi import journal as J
-    from koboi.agent import holder_is_dead
+    from koboi.store import holder_is_dead
 
     state = J.fold_state(events)
     status: str = info.status

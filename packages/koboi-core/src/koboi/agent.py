@@ -39,7 +39,7 @@ from koboi.loop import AgentRun, LoopParts
 from koboi.plugins import PluginHost, default_host
 from koboi.provider import ModelProvider
 from koboi.sandbox import Sandbox
-from koboi.store import Lease, Store
+from koboi.store import Lease, Store, holder_is_dead
 from koboi.tools import Tool
 
 
@@ -356,28 +356,6 @@ class KoboiAgent:
             config_hash=config.config_hash,
         )
         return info.id, J.SessionState()
-
-
-def holder_is_dead(holder: str) -> bool:
-    """True only when ``holder`` ("host:pid:tag") names a process of this host that is gone.
-
-    Anything else — another host, an unparsable holder, a live pid (or one
-    reused by another process) — counts as alive: then the lease must expire.
-    """
-    host, _, rest = holder.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, OSError):
-        return False
-    return False
 
 
 def _shielded(close: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:

@@ -9,6 +9,8 @@ and throwaway runs; durable stores come from plugins.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -75,6 +77,28 @@ class Lease:
 def _json_copy(data: Mapping[str, Any]) -> dict[str, Any]:
     copied: dict[str, Any] = json.loads(json.dumps(data, allow_nan=False))
     return copied
+
+
+def holder_is_dead(holder: str) -> bool:
+    """True only when ``holder`` ("host:pid:tag") names a process of this host that is gone.
+
+    Anything else — another host, an unparsable holder, a live pid (or one
+    reused by another process) — counts as alive: then the lease must expire.
+    """
+    host, _, rest = holder.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OSError):
+        return False
+    return False
 
 
 def new_session_id() -> str:
