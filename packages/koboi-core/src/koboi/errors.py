@@ -67,7 +67,31 @@ class ToolArgumentError(ToolError):
 
 
 class ProviderError(KoboiError):
-    """A model provider failed to produce a response."""
+    """A model provider failed to produce a response.
+
+    ``status`` is the HTTP status when the backend answered with one;
+    ``retryable`` says whether the same request may succeed if sent again
+    (connection errors, timeouts, 408/409/429, 5xx). ``emitted`` is true when
+    the failure happened after part of a streamed reply already reached the
+    caller: such a call is never retried or failed over, since the caller has
+    seen text that a second attempt would repeat. ``retry_after`` is the wait,
+    in seconds, the backend asked for (``Retry-After``), when it asked.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        emitted: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+        self.emitted = emitted
+        self.retry_after = retry_after
 
 
 class StoreError(KoboiError):

@@ -8,8 +8,12 @@ as a stream of events (:meth:`stream`) that ends with exactly one
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
 
 from koboi.messages import ModelRequest, ModelResponse, ModelStreamEvent, ResponseDone, TextDelta
 
@@ -40,3 +44,42 @@ class ModelProvider(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Release connections. Called once when the agent closes."""
+
+
+@dataclass(frozen=True)
+class ProviderReport:
+    """Something a provider did on the way to an answer that the journal should show.
+
+    ``kind`` is a short word (``retry``, ``failover``, ``breaker_open``,
+    ``cache_hit``...); ``data`` holds JSON-safe details, never a credential.
+    """
+
+    kind: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+_reports: ContextVar[list[ProviderReport] | None] = ContextVar("koboi_provider_reports", default=None)
+
+
+def report(kind: str, **data: Any) -> None:
+    """Tell the journal about a retry, a failover or a cache decision during a model call.
+
+    Providers, pools and caches call this while they work; the loop collects the
+    reports of each model call and journals each as a ``provider_event`` before
+    the call's outcome. Outside a run (a provider used on its own) it does
+    nothing, so calling it is always safe.
+    """
+    sink = _reports.get()
+    if sink is not None:
+        sink.append(ProviderReport(kind, dict(data)))
+
+
+@contextlib.contextmanager
+def collect_reports() -> Iterator[list[ProviderReport]]:
+    """Collect the :func:`report` calls made inside the block (the loop's side of the seam)."""
+    sink: list[ProviderReport] = []
+    token = _reports.set(sink)
+    try:
+        yield sink
+    finally:
+        _reports.reset(token)
