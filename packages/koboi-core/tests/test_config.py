@@ -104,10 +104,16 @@ def test_missing_llm_is_reported(tmp_path: Path, host: PluginHost) -> None:
     ]
 
 
-def test_unknown_provider_hints_the_distribution(tmp_path: Path, host: PluginHost) -> None:
-    found = problems(tmp_path, host, "llm: {provider: anthropic, model: claude}\n")
+def test_unknown_provider_hints_the_distribution(
+    tmp_path: Path, host: PluginHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A first-party name whose plugin is not installed here.
+    from koboi import _hints
+
+    monkeypatch.setitem(_hints.PROVIDERS, "gemini", "koboi-gemini")
+    found = problems(tmp_path, host, "llm: {provider: gemini, model: g}\n")
     assert found == [
-        f"{tmp_path / 'agent.yaml'}: llm.provider: unknown provider 'anthropic' (install koboi-anthropic)"
+        f"{tmp_path / 'agent.yaml'}: llm.provider: unknown provider 'gemini' (install koboi-gemini)"
     ]
 
 

@@ -36,6 +36,7 @@ from koboi.errors import KoboiError, LeaseHeld, SessionNotFound
 from koboi.events import AgentEvent, FinalEvent, RunResult
 from koboi.interceptors import Interceptor
 from koboi.loop import AgentRun, LoopParts
+from koboi.models import build_model
 from koboi.plugins import PluginHost, default_host
 from koboi.provider import ModelProvider
 from koboi.sandbox import Sandbox
@@ -130,7 +131,7 @@ class KoboiAgent:
             )
             await store.open()
             stack.push_async_callback(_shielded(store.close))
-            provider = self._provider or self._build_provider(catalog)
+            provider = build_model(config, catalog, store, provider=self._provider)
             stack.push_async_callback(_shielded(provider.aclose))
             sandbox = self._sandbox or self._build_sandbox(catalog)
             stack.push_async_callback(_shielded(sandbox.aclose))
@@ -190,17 +191,6 @@ class KoboiAgent:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
-
-    def _build_provider(self, catalog: Any) -> ModelProvider:
-        entry = catalog.providers.get(self.config.llm.provider)
-        if entry is None:
-            raise KoboiError(f"provider {self.config.llm.provider!r} is not installed")
-        provider = entry.target(self.config.llm_options)
-        if not isinstance(provider, ModelProvider):
-            raise KoboiError(
-                f"provider plugin {entry.plugin!r} returned {provider!r}, not a koboi.ModelProvider"
-            )
-        return provider
 
     def _build_sandbox(self, catalog: Any) -> Sandbox:
         entry = catalog.sandboxes.get(self.config.sandbox.backend)

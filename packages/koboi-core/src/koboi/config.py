@@ -1,6 +1,6 @@
 """Loading and validating the one YAML file that configures an agent.
 
-The kernel owns the sections ``agent``, ``llm``, ``providers``, ``tools``,
+The kernel owns the sections ``agent``, ``llm``, ``providers``, ``tools``, ``cache``,
 ``store`` and ``sandbox``; every other top-level section belongs to the plugin
 that registered a model for it. Validation collects *every* problem before
 failing, each with the file, the key path and a hint.
@@ -83,14 +83,88 @@ class AgentSection(_Section):
             "take an interrupted session over once it has expired."
         ),
     )
+    max_total_tokens: int | None = Field(
+        default=None,
+        gt=0,
+        description="Budget: a run stops (outcome 'budget_exceeded') once its model calls have "
+        "used this many tokens, input and output together.",
+    )
+    max_cost_usd: float | None = Field(
+        default=None,
+        gt=0,
+        description="Budget: a run stops (outcome 'budget_exceeded') once its model calls have "
+        "cost this much, at the prices in the providers' 'pricing'.",
+    )
+
+
+class Pricing(_Section):
+    """What a model's tokens cost, in US dollars per million tokens."""
+
+    input: float = Field(default=0.0, ge=0, description="Per million uncached input tokens.")
+    output: float = Field(
+        default=0.0, ge=0, description="Per million output tokens (reasoning tokens included)."
+    )
+    cache_read: float | None = Field(
+        default=None,
+        ge=0,
+        description="Per million input tokens read from the cache; default: input.",
+    )
+    cache_write: float | None = Field(
+        default=None,
+        ge=0,
+        description="Per million input tokens written to the cache; default: input.",
+    )
 
 
 class ProviderSection(BaseModel):
-    """A model provider: ``provider`` names the plugin, other keys are that provider's options."""
+    """A model provider, or a pool of named providers.
+
+    ``provider`` names the plugin and every key the kernel does not own is that
+    provider's option. ``pool`` instead lists names from the ``providers`` map,
+    tried in order with a circuit breaker.
+    """
 
     model_config = ConfigDict(extra="allow")
 
-    provider: str = Field(description="Registered provider name (scripted, openai, anthropic...).")
+    provider: str | None = Field(
+        default=None, description="Registered provider name (scripted, openai, anthropic...)."
+    )
+    pool: list[str] | None = Field(
+        default=None,
+        description="Instead of 'provider': names from the providers map, tried in order; a "
+        "member that fails is skipped for the rest of the call (failover).",
+    )
+    failure_threshold: int = Field(
+        default=3,
+        ge=1,
+        description="Pool only: consecutive failures after which a member is skipped for "
+        "'cooldown_seconds' (the circuit breaker opens).",
+    )
+    cooldown_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="Pool only: how long a member whose breaker opened is skipped before one "
+        "trial call is let through.",
+    )
+    pricing: Pricing | None = Field(
+        default=None,
+        description="Token prices of this provider's model, for cost accounting and max_cost_usd.",
+    )
+
+    @property
+    def is_pool(self) -> bool:
+        return self.pool is not None
+
+
+class CacheSection(_Section):
+    """The response cache: model answers kept in the store, keyed by a hash of the request."""
+
+    mode: Literal["live", "record", "replay", "cache"] = Field(
+        default="live",
+        description="live: no cache. record: call the model and keep every answer. replay: "
+        "answer only from the cache, a miss is an error. cache: answer from the cache when "
+        "it can, else call the model and keep the answer. KOBOI_CACHE_MODE overrides it.",
+    )
 
 
 class ToolsSection(_Section):
@@ -133,6 +207,7 @@ KERNEL_SECTIONS: dict[str, type[BaseModel]] = {
     "tools": ToolsSection,
     "store": StoreSection,
     "sandbox": SandboxSection,
+    "cache": CacheSection,
 }
 
 
@@ -148,6 +223,9 @@ class AgentConfig:
     sandbox: SandboxSection
     sandbox_options: Any
     providers: dict[str, ProviderSection] = field(default_factory=dict)
+    provider_options: dict[str, Any] = field(default_factory=dict)
+    llm_name: str | None = None
+    cache: CacheSection = field(default_factory=CacheSection)
     sections: dict[str, BaseModel] = field(default_factory=dict)
     source: Path | None = None
     base_dir: Path = field(default_factory=Path.cwd)
@@ -312,7 +390,7 @@ def validate_config(
     raw = dict(raw)
     raw.pop("extends", None)
     data, problems = interpolate(raw, os.environ if env is None else env)
-    checker = _Checker(catalog, problems)
+    checker = _Checker(catalog, problems, os.environ if env is None else env)
     config = checker.check(data)
     if checker.problems or config is None:
         raise ConfigError(checker.problems, label)
@@ -342,18 +420,25 @@ def _suggest(word: str, options: list[str]) -> str:
 
 
 class _Checker:
-    def __init__(self, catalog: Catalog, problems: list[ConfigProblem]) -> None:
+    def __init__(
+        self, catalog: Catalog, problems: list[ConfigProblem], env: Mapping[str, str]
+    ) -> None:
         self.catalog = catalog
         self.problems = problems
+        self.env = env
+        #: Handed to plugin option models as pydantic's validation context.
+        self.context: dict[str, Any] = {}
 
     def add(self, path: str, message: str, hint: str = "") -> None:
         self.problems.append(ConfigProblem(path, message, hint))
 
-    def model(self, prefix: str, model: type[BaseModel], value: Any) -> BaseModel | None:
+    def model(
+        self, prefix: str, model: type[BaseModel], value: Any, *, plugin: bool = False
+    ) -> BaseModel | None:
         if value is None:
             value = {}
         try:
-            return model.model_validate(value)
+            return model.model_validate(value, context=self.context if plugin else None)
         except ValidationError as exc:
             fields = list(model.model_fields)
             for err in exc.errors(include_url=False):
@@ -371,6 +456,13 @@ class _Checker:
             return None
 
     def check(self, data: Mapping[str, Any]) -> AgentConfig | None:
+        # First, so that plugin option models can see it (an HTTP provider needs no
+        # key when every answer comes from the cache).
+        cache = self.model("cache", CacheSection, data.get("cache"))
+        mode = str(self.env.get("KOBOI_CACHE_MODE", "")).strip().lower()
+        if not mode and isinstance(cache, CacheSection):
+            mode = cache.mode
+        self.context["cache_mode"] = mode or "live"
         known = sorted({*KERNEL_SECTIONS, *self.catalog.sections.names()})
         sections: dict[str, BaseModel] = {}
         for key in data:
@@ -381,7 +473,7 @@ class _Checker:
                 continue
             owner = self.catalog.sections.get(key)
             if owner is not None:
-                result = self.model(key, owner.target, data[key])
+                result = self.model(key, owner.target, data[key], plugin=True)
                 if result is not None:
                     sections[key] = result
                 continue
@@ -399,8 +491,8 @@ class _Checker:
         tools = self.model("tools", ToolsSection, data.get("tools"))
         store = self.model("store", StoreSection, data.get("store"))
         sandbox = self.model("sandbox", SandboxSection, data.get("sandbox"))
-        providers = self.providers(data.get("providers"))
-        llm, llm_options = self.llm(data.get("llm"), providers)
+        providers, provider_options = self.providers(data.get("providers"))
+        llm, llm_options = self.llm(data.get("llm"), providers, provider_options)
         sandbox_options = self.sandbox(sandbox) if isinstance(sandbox, SandboxSection) else None
         if isinstance(tools, ToolsSection):
             self.tools(tools)
@@ -410,7 +502,8 @@ class _Checker:
             return None
         assert isinstance(agent, AgentSection) and isinstance(tools, ToolsSection)
         assert isinstance(store, StoreSection) and isinstance(sandbox, SandboxSection)
-        assert llm is not None
+        assert llm is not None and isinstance(cache, CacheSection)
+        llm_value = data.get("llm")
         return AgentConfig(
             agent=agent,
             llm=llm,
@@ -420,23 +513,53 @@ class _Checker:
             sandbox=sandbox,
             sandbox_options=sandbox_options,
             providers=providers,
+            provider_options=provider_options,
+            llm_name=llm_value if isinstance(llm_value, str) else None,
+            cache=cache,
             sections=sections,
         )
 
-    def providers(self, value: Any) -> dict[str, ProviderSection]:
+    def providers(self, value: Any) -> tuple[dict[str, ProviderSection], dict[str, Any]]:
         if value is None:
-            return {}
+            return {}, {}
         if not isinstance(value, Mapping):
             self.add("providers", "must be a mapping of name -> provider settings")
-            return {}
+            return {}, {}
         found: dict[str, ProviderSection] = {}
+        options: dict[str, Any] = {}
         for name, settings in value.items():
             path = f"providers.{name}"
             section = self.model(path, ProviderSection, settings)
             if isinstance(section, ProviderSection):
-                self.provider_options(path, section)
+                options[str(name)] = self.provider_options(path, section)
                 found[str(name)] = section
-        return found
+        for name, section in found.items():
+            if section.pool is not None:
+                self.pool_members(f"providers.{name}", section, found)
+        return found, options
+
+    def pool_members(
+        self, path: str, section: ProviderSection, providers: Mapping[str, ProviderSection]
+    ) -> None:
+        members = section.pool or []
+        if not members:
+            self.add(f"{path}.pool", "must name at least one provider")
+        for index, member in enumerate(members):
+            target = providers.get(member)
+            if target is None:
+                names = sorted(n for n, p in providers.items() if not p.is_pool)
+                self.add(
+                    f"{path}.pool[{index}]",
+                    f"names provider '{member}', which the providers map does not define",
+                    _suggest(member, names) or f"defined: {', '.join(names) or 'none'}",
+                )
+            elif target.is_pool:
+                self.add(
+                    f"{path}.pool[{index}]",
+                    f"'{member}' is itself a pool; a pool lists providers, not pools",
+                )
+        if len(set(members)) != len(members):
+            self.add(f"{path}.pool", "names a provider more than once")
 
     def component_options(
         self,
@@ -466,15 +589,35 @@ class _Checker:
         options = dict(section.model_extra or {})
         if registration.options is None:
             return options
-        return self.model(path, registration.options, options)
+        return self.model(path, registration.options, options, plugin=True)
 
     def provider_options(self, path: str, section: ProviderSection) -> Any:
+        if section.provider is not None and section.pool is not None:
+            self.add(path, "has both 'provider' and 'pool'", "a section is one provider or a pool")
+            return None
+        if section.pool is not None:
+            extra = sorted(section.model_extra or {})
+            if extra:
+                self.add(
+                    f"{path}.{extra[0]}",
+                    "unknown key for a pool",
+                    "a pool takes pool, failure_threshold, cooldown_seconds; give options to "
+                    "its members",
+                )
+            return None
+        if section.provider is None:
+            self.add(
+                f"{path}.provider",
+                "is required",
+                "name a provider (provider: openai) or list providers (pool: [a, b])",
+            )
+            return None
         return self.component_options(
             path, "provider", section.provider, self.catalog.providers, _hints.PROVIDERS, section
         )
 
     def llm(
-        self, value: Any, providers: dict[str, ProviderSection]
+        self, value: Any, providers: dict[str, ProviderSection], options: Mapping[str, Any]
     ) -> tuple[ProviderSection | None, Any]:
         if value is None:
             self.add("llm", "is required", "add an llm section, e.g. llm: {provider: scripted}")
@@ -489,11 +632,14 @@ class _Checker:
                     _suggest(value, names) or f"defined: {', '.join(names) or 'none'}",
                 )
                 return None, None
-            return section, self.provider_options(f"providers.{value}", section)
+            return section, options.get(value)
         parsed = self.model("llm", ProviderSection, value)
         if not isinstance(parsed, ProviderSection):
             return None, None
-        return parsed, self.provider_options("llm", parsed)
+        llm_options = self.provider_options("llm", parsed)
+        if parsed.pool is not None:
+            self.pool_members("llm", parsed, providers)
+        return parsed, llm_options
 
     def sandbox(self, section: SandboxSection) -> Any:
         return self.component_options(

@@ -12,7 +12,7 @@ from typing import Literal
 
 from koboi.messages import Message, ToolCall, Usage
 
-Outcome = Literal["completed", "max_iterations", "failed", "cancelled"]
+Outcome = Literal["completed", "max_iterations", "budget_exceeded", "failed", "cancelled"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +69,8 @@ class RunResult:
     steps: int
     messages: list[Message] = field(default_factory=list, repr=False)
     error: str | None = None
+    #: Cost of the run's model calls at the configured prices (0.0 when none are set).
+    cost_usd: float = 0.0
 
     @property
     def ok(self) -> bool:

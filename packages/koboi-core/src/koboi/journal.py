@@ -11,7 +11,11 @@ Event types and their data (all JSON):
 ``run_started``            ``input`` (user text), ``agent``, ``config_hash``
 ``model_call_started``     ``step``
 ``model_call_finished``    ``step``, ``response`` (a dumped ModelResponse)
-``model_call_failed``      ``step``, ``error``
+``model_call_failed``      ``step``, ``error``, ``streamed`` (text delivered before it failed)
+``provider_event``         ``step``, ``kind`` (retry, failover, breaker_open, breaker_closed,
+                           cache_hit), details of the kind
+``budget_exceeded``        ``step``, ``budget`` (max_total_tokens / max_cost_usd), ``limit``,
+                           ``used``
 ``tool_call_refused``      ``step``, ``call_id``, ``name``, ``stage``, ``reason``
 ``approval_requested``     ``step``, ``call_id``, ``name``, ``risk``, ``arguments_hash``, ``reason``
 ``approval_decided``       ``step``, ``call_id``, ``approved``, ``reason``, ``decided_by``
@@ -19,7 +23,7 @@ Event types and their data (all JSON):
 ``tool_call_finished``     ``step``, ``call_id``, ``name``, ``content``, ``is_error``
 ``tool_call_interrupted``  ``step``, ``call_id``, ``name``, ``policy`` (resume found it in doubt)
 ``run_resumed``            ``after_seq``, ``step``, ``holder``
-``run_finished``           ``outcome``, ``output``, ``steps``, ``usage``, ``error``
+``run_finished``           ``outcome``, ``output``, ``steps``, ``usage``, ``cost_usd``, ``error``
 =========================  ============================================================
 """
 
@@ -35,6 +39,8 @@ RUN_STARTED = "run_started"
 MODEL_CALL_STARTED = "model_call_started"
 MODEL_CALL_FINISHED = "model_call_finished"
 MODEL_CALL_FAILED = "model_call_failed"
+PROVIDER_EVENT = "provider_event"
+BUDGET_EXCEEDED = "budget_exceeded"
 TOOL_CALL_REFUSED = "tool_call_refused"
 APPROVAL_REQUESTED = "approval_requested"
 APPROVAL_DECIDED = "approval_decided"
@@ -49,6 +55,8 @@ EVENT_TYPES = (
     MODEL_CALL_STARTED,
     MODEL_CALL_FINISHED,
     MODEL_CALL_FAILED,
+    PROVIDER_EVENT,
+    BUDGET_EXCEEDED,
     TOOL_CALL_REFUSED,
     APPROVAL_REQUESTED,
     APPROVAL_DECIDED,
@@ -92,6 +100,8 @@ class SessionState:
     step: int = 0
     #: Usage of the interrupted run so far.
     usage: Usage = field(default_factory=Usage)
+    #: Cost of the interrupted run's model calls so far, at the configured prices.
+    cost_usd: float = 0.0
     #: Every call of the last model response not yet answered in ``messages``, in the
     #: model's order, with the outcome the journal has for it (None when it has none).
     #: Non-empty only for an interrupted run.
@@ -145,12 +155,14 @@ def fold_state(events: Iterable[Any]) -> SessionState:
             settle()
             messages.append(Message.user(str(data.get("input", ""))))
             state.interrupted, state.step, state.usage = True, 0, Usage()
+            state.cost_usd = 0.0
         elif kind == MODEL_CALL_FINISHED:
             settle()
             response = ModelResponse.model_validate(data["response"])
             messages.append(response.message)
             state.step = int(data.get("step", state.step + 1))
             state.usage = state.usage + response.usage
+            state.cost_usd += response.cost_usd or 0.0
             for call in response.message.tool_calls:
                 pending[call.id] = PendingCall(call, state.step)
         elif kind == TOOL_CALL_STARTED:

@@ -42,6 +42,7 @@ from koboi.messages import (
     ToolCall,
     Usage,
 )
+from koboi.provider import ProviderReport, collect_reports
 from koboi.store import Lease, NewEvent, SessionStatus, Store
 from koboi.tools import Risk, Tool, ToolContext, ToolResult
 
@@ -56,6 +57,7 @@ _RISK_RANK = {Risk.SAFE: 0, Risk.MODERATE: 1, Risk.DESTRUCTIVE: 2}
 _SESSION_STATUS: dict[Outcome, SessionStatus] = {
     "completed": "completed",
     "max_iterations": "completed",
+    "budget_exceeded": "failed",
     "failed": "failed",
     "cancelled": "interrupted",
 }
@@ -156,6 +158,7 @@ class AgentRun:
         self.state = state
         self.messages: list[Message] = state.messages
         self.usage = state.usage
+        self.cost_usd = state.cost_usd
         self.step = state.step
         self.info = RunInfo(session_id=session_id, step=state.step, config=parts.config)
         self.lease = lease
@@ -262,8 +265,8 @@ class AgentRun:
     async def execute(self, user_input: str) -> AsyncGenerator[AgentEvent, None]:
         """Run the loop for a new user message; the last event is always a FinalEvent."""
         config = self.config
-        # A new run counts its own steps and usage, whatever earlier runs used.
-        self.usage, self.step = Usage(), 0
+        # A new run counts its own steps, usage and cost, whatever earlier runs used.
+        self.usage, self.step, self.cost_usd = Usage(), 0, 0.0
         async with self._guard() as guard:
             await self.parts.store.set_status(self.session_id, "running", fence=self._fence())
             await self.record(
@@ -417,26 +420,38 @@ class AgentRun:
             )
             for icp in self._before_model:
                 request = await icp.before_model_call(request, self.info) or request
+            over = self._over_budget()
+            if over is not None:
+                self._final, _ = await self._stop_for_budget(step - 1, over, final_text, ())
+                return
             await self.record(J.MODEL_CALL_STARTED, {"step": step})
             response: ModelResponse | None = None
-            try:
-                if config.agent.stream:
-                    async for item in self.parts.provider.stream(request):
-                        if isinstance(item, TextDelta):
-                            yield TextDeltaEvent(item.text, step)
-                        elif isinstance(item, ResponseDone):
-                            response = item.response
-                    if response is None:
-                        raise KoboiError("the provider's stream ended without a response")
-                else:
-                    response = await self.parts.provider.complete(request)
-                    if response.message.content:
-                        yield TextDeltaEvent(response.message.content, step)
-            except Exception as exc:
-                error = _describe(exc)
-                await self.record(J.MODEL_CALL_FAILED, {"step": step, "error": error}, commit=False)
-                self._final = await self._finish("failed", final_text, error)
-                return
+            streamed: list[str] = []
+            with collect_reports() as reports:
+                try:
+                    if config.agent.stream:
+                        async for item in self.parts.provider.stream(request):
+                            if isinstance(item, TextDelta):
+                                streamed.append(item.text)
+                                yield TextDeltaEvent(item.text, step)
+                            elif isinstance(item, ResponseDone):
+                                response = item.response
+                        if response is None:
+                            raise KoboiError("the provider's stream ended without a response")
+                    else:
+                        response = await self.parts.provider.complete(request)
+                        if response.message.content:
+                            yield TextDeltaEvent(response.message.content, step)
+                except Exception as exc:
+                    error = _describe(exc)
+                    await self._record_reports(step, reports)
+                    failed: dict[str, Any] = {"step": step, "error": error}
+                    if streamed:
+                        failed["streamed"] = "".join(streamed)
+                    await self.record(J.MODEL_CALL_FAILED, failed, commit=False)
+                    self._final = await self._finish("failed", final_text, error)
+                    return
+            await self._record_reports(step, reports)
             for icp in self._after_model:
                 response = await icp.after_model_call(response, self.info) or response
             seq = await self.record(
@@ -445,12 +460,23 @@ class AgentRun:
                 commit=False,
             )
             self.usage = self.usage + response.usage
+            self.cost_usd += response.cost_usd or 0.0
             message = response.message
             self._append(message)
             final_text = message.content
             yield StepEvent(step, response.usage, len(message.tool_calls), seq)
             if not message.tool_calls:
                 self._final = await self._finish("completed", final_text)
+                return
+            over = self._over_budget()
+            if over is not None:
+                self._final, refusals = await self._stop_for_budget(
+                    step, over, final_text, message.tool_calls
+                )
+                for call in message.tool_calls:
+                    yield ToolCallEvent(call, step)
+                for event in refusals:
+                    yield event
                 return
             for call in message.tool_calls:
                 yield ToolCallEvent(call, step)
@@ -468,6 +494,62 @@ class AgentRun:
             "(agent.max_iterations)",
         )
 
+    async def _record_reports(self, step: int, reports: Sequence[ProviderReport]) -> None:
+        """Journal what the provider reported during one call (retries, failovers...)."""
+        for item in reports:
+            await self.record(
+                J.PROVIDER_EVENT, {**item.data, "step": step, "kind": item.kind}, commit=False
+            )
+
+    def _over_budget(self) -> tuple[str, float, float] | None:
+        """The first budget this run has used up, as (name, limit, used); None if none."""
+        agent = self.config.agent
+        if agent.max_total_tokens is not None:
+            used = self.usage.total_tokens
+            if used >= agent.max_total_tokens:
+                return "max_total_tokens", agent.max_total_tokens, used
+        if agent.max_cost_usd is not None and self.cost_usd >= agent.max_cost_usd:
+            return "max_cost_usd", agent.max_cost_usd, self.cost_usd
+        return None
+
+    async def _stop_for_budget(
+        self,
+        step: int,
+        over: tuple[str, float, float],
+        final_text: str,
+        calls: Sequence[ToolCall],
+    ) -> tuple[FinalEvent, list[ToolResultEvent]]:
+        """End the run because a budget is used up; tool calls asked for are refused."""
+        budget, limit, used = over
+        unit = "tokens" if budget == "max_total_tokens" else "USD"
+        reason = (
+            f"budget exceeded: the run used {used:g} {unit}, its limit is {limit:g} "
+            f"(agent.{budget})"
+        )
+        await self.record(
+            J.BUDGET_EXCEEDED,
+            {"step": step, "budget": budget, "limit": limit, "used": used},
+            commit=False,
+        )
+        refusals = []
+        for call in calls:
+            why = f"not run: {reason}"
+            seq = await self.record(
+                J.TOOL_CALL_REFUSED,
+                {
+                    "step": step,
+                    "call_id": call.id,
+                    "name": call.name,
+                    "stage": "budget",
+                    "reason": why,
+                },
+                commit=False,
+            )
+            # The refusal answers the call, so the conversation stays well formed.
+            self._append(Message.tool_result(call, why, is_error=True))
+            refusals.append(ToolResultEvent(call.id, call.name, why, True, step, "budget", seq))
+        return await self._finish("budget_exceeded", final_text, reason), refusals
+
     async def _finish(self, outcome: Outcome, output: str, error: str | None = None) -> FinalEvent:
         self._finished = True
         usage = self.usage
@@ -479,6 +561,7 @@ class AgentRun:
                 "steps": self.step,
                 "error": error,
                 "usage": usage.model_dump(),
+                "cost_usd": round(self.cost_usd, 10),
             },
         )
         await self.parts.store.set_status(
@@ -492,6 +575,7 @@ class AgentRun:
             steps=self.step,
             messages=list(self.messages),
             error=error,
+            cost_usd=self.cost_usd,
         )
         return FinalEvent(result, seq)
 

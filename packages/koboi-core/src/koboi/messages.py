@@ -71,7 +71,14 @@ class Message(_Frozen):
 
 
 class Usage(_Frozen):
-    """Token usage of one model call, or the sum of several."""
+    """Token usage of one model call, or the sum of several.
+
+    ``input_tokens`` counts every input token, cached or not;
+    ``cache_read_tokens`` and ``cache_write_tokens`` say how many of them were
+    read from or written to the provider's prompt cache. ``output_tokens``
+    includes ``reasoning_tokens``. Providers whose APIs count differently
+    convert to this, so cost accounting is the same everywhere.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -106,6 +113,11 @@ class ModelResponse(_Frozen):
     usage: Usage = Usage()
     finish_reason: FinishReason = "stop"
     model: str = ""
+    cost_usd: float | None = Field(
+        default=None,
+        description="What the call cost at the prices configured for its provider; set by the "
+        "kernel, None when no prices are configured.",
+    )
 
 
 class ToolSpec(_Frozen):

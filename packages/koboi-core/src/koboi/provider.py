@@ -45,6 +45,17 @@ class ModelProvider(ABC):
     async def aclose(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Release connections. Called once when the agent closes."""
 
+    def cache_identity(self) -> dict[str, Any]:
+        """What, besides the request, decides this provider's answer (JSON-safe).
+
+        The response cache keys answers by a hash of this and the request, so
+        two providers that would answer the same request differently must
+        differ here. The default is the provider and model name; providers
+        with answer-changing settings (a temperature in their config...) add
+        them. Never include a credential.
+        """
+        return {"provider": self.name, "model": self.model}
+
 
 @dataclass(frozen=True)
 class ProviderReport:
@@ -58,7 +69,9 @@ class ProviderReport:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-_reports: ContextVar[list[ProviderReport] | None] = ContextVar("koboi_provider_reports", default=None)
+_reports: ContextVar[list[ProviderReport] | None] = ContextVar(
+    "koboi_provider_reports", default=None
+)
 
 
 def report(kind: str, **data: Any) -> None:

@@ -238,6 +238,20 @@ class Store(ABC):
     ) -> list[JournalEvent]:
         """Events with ``seq > after``, in order, at most ``limit`` of them."""
 
+    # -- the response cache ----------------------------------------------------
+
+    @abstractmethod
+    async def cache_get(self, key: str) -> dict[str, Any] | None:
+        """The cached entry stored under ``key`` (a request hash), or None."""
+
+    @abstractmethod
+    async def cache_put(self, key: str, entry: Mapping[str, Any]) -> None:
+        """Store ``entry`` (JSON-safe) under ``key``, replacing what was there."""
+
+    @abstractmethod
+    async def cache_keys(self) -> list[str]:
+        """Every key of the response cache, sorted (for export)."""
+
 
 class InMemoryStore(Store):
     """A store that keeps everything in this process. Lost when the process ends."""
@@ -249,6 +263,7 @@ class InMemoryStore(Store):
         self._events: dict[str, list[JournalEvent]] = {}
         self._leases: dict[str, Lease] = {}
         self._fences: dict[str, int] = {}
+        self._cache: dict[str, dict[str, Any]] = {}
 
     async def create_session(
         self,
@@ -385,3 +400,13 @@ class InMemoryStore(Store):
             raise SessionNotFound(f"no session {session_id!r} in this store")
         end = len(log) if limit is None else min(len(log), after + limit)
         return log[max(after, 0) : end]
+
+    async def cache_get(self, key: str) -> dict[str, Any] | None:
+        entry = self._cache.get(key)
+        return _json_copy(entry) if entry is not None else None
+
+    async def cache_put(self, key: str, entry: Mapping[str, Any]) -> None:
+        self._cache[key] = _json_copy(entry)
+
+    async def cache_keys(self) -> list[str]:
+        return sorted(self._cache)

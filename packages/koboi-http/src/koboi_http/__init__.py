@@ -30,7 +30,18 @@ _WHERE = {
     "retry_after_seconds": "koboi_http.retry",
 }
 
-__all__ = sorted(_WHERE)
+__all__ = [
+    "HTTPProvider",
+    "HTTPProviderOptions",
+    "RetryPolicy",
+    "SSEDecoder",
+    "SSEEvent",
+    "aiter_sse",
+    "is_retryable_status",
+    "looks_like_placeholder",
+    "resolve_api_key",
+    "retry_after_seconds",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -4,9 +4,20 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, model_validator
 
 from koboi_http.keys import resolve_api_key
+
+
+def replaying(info: ValidationInfo) -> bool:
+    """True when the config is validated for ``cache.mode: replay``.
+
+    Every answer then comes from the response cache and the provider is never
+    called, so a missing key is not an error: a recorded run replays on a
+    machine that has no key at all.
+    """
+    context = info.context
+    return isinstance(context, dict) and context.get("cache_mode") == "replay"
 
 
 class HTTPProviderOptions(BaseModel):
@@ -14,8 +25,10 @@ class HTTPProviderOptions(BaseModel):
 
     ``api_key`` is filled from the first of ``api_key_env`` that is set when
     the config gives none; a missing or placeholder key fails validation with
-    a message naming the variable. Set ``api_key_required = False`` for
-    servers that take no key (a local vLLM or Ollama).
+    a message naming the variable (except under ``cache.mode: replay``, see
+    :func:`replaying`, where ``api_key`` may stay None). Set
+    ``api_key_required = False`` for servers that take no key (a local vLLM
+    or Ollama).
     """
 
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
@@ -68,8 +81,10 @@ class HTTPProviderOptions(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _key(self) -> HTTPProviderOptions:
+    def _key(self, info: ValidationInfo) -> HTTPProviderOptions:
         if not self.api_key_env:
+            return self
+        if self.api_key is None and replaying(info):
             return self
         if self.api_key_required or self.api_key is not None:
             self.api_key = resolve_api_key(self.api_key, self.api_key_env)

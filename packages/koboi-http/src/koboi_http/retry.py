@@ -62,7 +62,7 @@ class RetryPolicy:
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         ceiling = min(self.max_delay, self.initial_delay * (2 ** (attempt - 1)))
-        backoff = random.uniform(0.0, ceiling)  # noqa: S311 - jitter, not cryptography
+        backoff = random.uniform(0.0, ceiling)  # jitter, not cryptography
         if retry_after is not None:
             return max(backoff, retry_after)
         return backoff

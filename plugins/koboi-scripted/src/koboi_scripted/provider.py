@@ -12,6 +12,7 @@ be replayed, resumed from a journal, or asserted on in a test:
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -64,6 +65,13 @@ class ScriptedProvider(ModelProvider):
         self.model = self.options.model
         self._rules = [(rule, re.compile(rule.match, re.IGNORECASE)) for rule in self.options.rules]
         self.requests: list[ModelRequest] = []
+
+    def cache_identity(self) -> dict[str, Any]:
+        # The script and rules decide the answers: a changed script must not be
+        # served answers recorded from the old one.
+        options = self.options.model_dump_json()
+        digest = hashlib.sha256(options.encode()).hexdigest()[:16]
+        return {"provider": self.name, "model": self.model, "script": digest}
 
     # -- constructors for tests ---------------------------------------------
 

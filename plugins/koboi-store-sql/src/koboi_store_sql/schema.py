@@ -48,4 +48,12 @@ leases = Table(
     Column("expires_at", Float, nullable=False),
 )
 
-TABLES = frozenset({"sessions", "events", "leases", VERSION_TABLE})
+response_cache = Table(
+    "response_cache",
+    metadata,
+    Column("key", Text, primary_key=True),
+    Column("entry", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+TABLES = frozenset({"sessions", "events", "leases", "response_cache", VERSION_TABLE})

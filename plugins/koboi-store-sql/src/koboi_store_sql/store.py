@@ -39,7 +39,7 @@ from koboi.store import (
 )
 from koboi_store_sql import database as db
 from koboi_store_sql.schema import events as events_table
-from koboi_store_sql.schema import leases, sessions
+from koboi_store_sql.schema import leases, response_cache, sessions
 from koboi_store_sql.url import StoreURL, parse_store_url
 
 T = TypeVar("T")
@@ -410,6 +410,56 @@ class SQLStore(Store):
             )
 
         await self._write(release)
+
+    # -- the response cache ---------------------------------------------------------------
+
+    async def cache_get(self, key: str) -> dict[str, Any] | None:
+        def get(connection: Connection) -> dict[str, Any] | None:
+            row = connection.execute(
+                select(response_cache.c.entry).where(response_cache.c.key == key)
+            ).first()
+            return None if row is None else dict(json.loads(row.entry))
+
+        return await self._read(get)
+
+    async def cache_put(self, key: str, entry: Mapping[str, Any]) -> None:
+        encoded = _encode(entry)
+        now = time.time()
+
+        def put(connection: Connection) -> None:
+            # An upsert in the database's own dialect: two processes recording the
+            # same answer at once must both succeed.
+            if connection.dialect.name == "postgresql":
+                from sqlalchemy.dialects import postgresql
+
+                pg = postgresql.insert(response_cache).values(
+                    key=key, entry=encoded, created_at=now
+                )
+                connection.execute(
+                    pg.on_conflict_do_update(
+                        index_elements=[response_cache.c.key],
+                        set_={"entry": encoded, "created_at": now},
+                    )
+                )
+                return
+            from sqlalchemy.dialects import sqlite
+
+            lite = sqlite.insert(response_cache).values(key=key, entry=encoded, created_at=now)
+            connection.execute(
+                lite.on_conflict_do_update(
+                    index_elements=[response_cache.c.key],
+                    set_={"entry": encoded, "created_at": now},
+                )
+            )
+
+        await self._write(put)
+
+    async def cache_keys(self) -> list[str]:
+        def keys(connection: Connection) -> list[str]:
+            rows = connection.execute(select(response_cache.c.key).order_by(response_cache.c.key))
+            return [str(row.key) for row in rows]
+
+        return await self._read(keys)
 
     # -- administration -------------------------------------------------------------
 

@@ -621,3 +621,59 @@ class StoreContract:
         await store.acquire_lease(one, "worker-a", 30)
         other = await store.acquire_lease(two, "worker-b", 30)
         assert other.holder == "worker-b"
+
+    # -- the response cache ------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_cache_miss_is_none(self, store: Store) -> None:
+        assert await store.cache_get(_unique("absent-key")) is None
+
+    @pytest.mark.anyio
+    async def test_cache_round_trip(self, store: Store) -> None:
+        key = _unique("key")
+        entry = {
+            "response": {"message": {"role": "assistant", "content": "Bonjour ☀️ 日本"}},
+            "provider": {"provider": "openai", "model": "gpt-4o", "options": {"seed": 7}},
+            "created_at": 1700000000.25,
+        }
+        await store.cache_put(key, entry)
+        assert await store.cache_get(key) == entry
+        assert key in await store.cache_keys()
+
+    @pytest.mark.anyio
+    async def test_cache_put_replaces(self, store: Store) -> None:
+        key = _unique("key")
+        await store.cache_put(key, {"response": {"n": 1}})
+        await store.cache_put(key, {"response": {"n": 2}})
+        assert await store.cache_get(key) == {"response": {"n": 2}}
+        assert (await store.cache_keys()).count(key) == 1
+
+    @pytest.mark.anyio
+    async def test_cache_entries_are_copies(self, store: Store) -> None:
+        key = _unique("key")
+        entry: dict[str, Any] = {"response": {"items": [1, 2]}}
+        await store.cache_put(key, entry)
+        entry["response"]["items"].append(3)
+        got = await store.cache_get(key)
+        assert got == {"response": {"items": [1, 2]}}
+        assert got is not None
+        got["response"]["items"].append(4)
+        assert await store.cache_get(key) == {"response": {"items": [1, 2]}}
+
+    @pytest.mark.anyio
+    async def test_concurrent_cache_puts_of_one_key_all_succeed(self, store: Store) -> None:
+        key = _unique("key")
+
+        async def put(n: int) -> None:
+            await store.cache_put(key, {"response": {"n": n}})
+
+        async with anyio.create_task_group() as tg:
+            for n in range(5):
+                tg.start_soon(put, n)
+        got = await store.cache_get(key)
+        assert got is not None and got["response"]["n"] in range(5)
+
+    @pytest.mark.anyio
+    async def test_cache_keys_are_sorted(self, store: Store) -> None:
+        keys = await store.cache_keys()
+        assert keys == sorted(keys)
