@@ -37,8 +37,9 @@ def retry_after_seconds(headers: Mapping[str, str], *, now: float | None = None)
     try:
         seconds = float(raw)
     except ValueError:
-        parsed = email.utils.parsedate_to_datetime(raw) if raw else None
-        if parsed is None:
+        try:
+            parsed = email.utils.parsedate_to_datetime(raw)
+        except (TypeError, ValueError, IndexError):
             return None
         seconds = parsed.timestamp() - (time.time() if now is None else now)
     return max(0.0, seconds)

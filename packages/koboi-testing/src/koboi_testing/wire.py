@@ -139,7 +139,11 @@ class Reply:
             pieces = [body[i : i + chunk_size] for i in range(0, len(body), chunk_size)]
         return cls(
             status=status,
-            headers={"content-type": "text/event-stream", "cache-control": "no-cache", **(headers or {})},
+            headers={
+                "content-type": "text/event-stream",
+                "cache-control": "no-cache",
+                **(headers or {}),
+            },
             chunks=pieces,
             content_length=False,
             **kw,
@@ -174,6 +178,7 @@ class WireServer:
         self._ready = threading.Event()
         self._lock = threading.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
         self.port = 0
 
     @property
@@ -233,6 +238,13 @@ class WireServer:
                 task.cancel()
             with contextlib.suppress(Exception):
                 loop.run_until_complete(asyncio.gather(*self._tasks, return_exceptions=True))
+            for writer in list(self._writers):
+                writer.transport.abort()
+            # Closing a transport finishes on the next loop iterations; run them, so no
+            # socket is left for the garbage collector to complain about.
+            for _ in range(3):
+                loop.run_until_complete(asyncio.sleep(0))
+            loop.run_until_complete(self._server.wait_closed())
         finally:
             loop.close()
 
@@ -242,6 +254,7 @@ class WireServer:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
+        self._writers.add(writer)
         self.connections += 1
         try:
             while True:
@@ -259,6 +272,8 @@ class WireServer:
             self._tasks.discard(task)
             with contextlib.suppress(Exception):
                 writer.close()
+                await writer.wait_closed()
+            self._writers.discard(writer)
 
     async def _read_request(self, reader: asyncio.StreamReader) -> Received | None:
         head = await reader.readuntil(b"\r\n\r\n") if not reader.at_eof() else b""
