@@ -78,6 +78,13 @@ def root(
     _set_debug(ctx, debug)
 
 
+class CacheModeChoice(StrEnum):
+    live = "live"
+    record = "record"
+    replay = "replay"
+    cache = "cache"
+
+
 @app.command()
 def run(
     ctx: typer.Context,
@@ -114,6 +121,14 @@ def run(
             "--yes", "-y", help="Approve every tool call that needs approval, without asking."
         ),
     ] = False,
+    cache_mode: Annotated[
+        CacheModeChoice | None,
+        typer.Option(
+            "--cache-mode",
+            help="Response cache: live (off), record, replay (answers only from the cache, "
+            "no key or network needed) or cache; overrides the config's cache.mode.",
+        ),
+    ] = None,
 ) -> None:
     """Run an agent on one message, or resume an interrupted run, and stream what it does.
 
@@ -133,7 +148,13 @@ def run(
     from koboi_cli.cmd_run import run as run_agent
 
     code = run_agent(
-        config, message, as_json=as_json, session_id=session, assume_yes=yes, resume=resume
+        config,
+        message,
+        as_json=as_json,
+        session_id=session,
+        assume_yes=yes,
+        resume=resume,
+        cache_mode=cache_mode.value if cache_mode is not None else None,
     )
     raise typer.Exit(code)
 

@@ -15,6 +15,7 @@ gets a line of its own, so the final answer always starts on a fresh line.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import AsyncGenerator, Callable
@@ -134,6 +135,7 @@ def result_json(result: RunResult) -> dict[str, Any]:
         "outcome": result.outcome,
         "output": result.output,
         "usage": result.usage.model_dump(mode="json"),
+        "cost_usd": result.cost_usd,
         "steps": result.steps,
         "error": result.error,
     }
@@ -214,10 +216,16 @@ def run(
     session_id: str | None,
     assume_yes: bool,
     resume: str | None = None,
+    cache_mode: str | None = None,
 ) -> int:
     """Run once, or finish the interrupted run of session ``resume``; return the exit code
     (0 only when the run completed)."""
     from koboi.agent import KoboiAgent
+
+    if cache_mode is not None:
+        # The one override the kernel reads (koboi.models.cache_mode), also seen by
+        # config validation: under replay a provider needs no key.
+        os.environ["KOBOI_CACHE_MODE"] = cache_mode
 
     approver = choose_approver(assume_yes=assume_yes)
     agent = KoboiAgent.from_config(config, host=host.get_host(), approver=approver)
