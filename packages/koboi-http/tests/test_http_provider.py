@@ -241,10 +241,16 @@ async def test_hung_server_times_out(server: WireServer) -> None:
     assert time.monotonic() - started < 3
 
 
-async def test_stream_that_stalls_midway_times_out(server: WireServer) -> None:
-    server.push(Reply.sse([{"t": "a"}, {"t": "b"}, "[DONE]"], delay=2))
-    with pytest.raises(ProviderError, match="timed out"):
-        await stream(echo(server, timeout_seconds=0.3, max_retries=0))
+async def test_stream_that_stalls_midway_times_out_after_delivering_text(
+    server: WireServer,
+) -> None:
+    server.push(Reply.sse([{"t": "a"}, {"t": "b"}, "[DONE]"], stall_after=1, stall_seconds=5))
+    started = time.monotonic()
+    with pytest.raises(ProviderError, match=r"timed out after 0\.3 s") as info:
+        await stream(echo(server, timeout_seconds=0.3))
+    assert info.value.emitted
+    assert time.monotonic() - started < 3
+    assert len(server.requests) == 1
 
 
 # -- streams that break -------------------------------------------------------------------
@@ -304,7 +310,18 @@ def test_missing_key_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 @pytest.mark.parametrize(
-    "value", ["", "sk-...", "sk-xxxx", "<your key>", "your-api-key-here", "changeme", "${KEY}"]
+    "value",
+    [
+        "",
+        "sk-...",
+        "sk-xxxx",
+        "<your key>",
+        "your-api-key-here",
+        "changeme",
+        "${KEY}",
+        "your-cloudflare-api-token-here",
+        "sk-proj-REPLACE_WITH_YOUR_KEY_0123456789",
+    ],
 )
 def test_placeholders_are_refused(value: str) -> None:
     assert looks_like_placeholder(value)

@@ -426,6 +426,8 @@ class _Checker:
         self.catalog = catalog
         self.problems = problems
         self.env = env
+        #: Key paths whose ${VAR} was unset: already reported, with the variable's name.
+        self.unset = {p.path for p in problems}
         #: Handed to plugin option models as pydantic's validation context.
         self.context: dict[str, Any] = {}
 
@@ -451,9 +453,22 @@ class _Checker:
                     self.add(_path(prefix, loc), "unknown key", hint)
                 elif err["type"] == "missing":
                     self.add(_path(prefix, loc), "is required")
+                elif err["type"] == "value_error":
+                    if self._interpolation_failed_under(prefix):
+                        # e.g. api_key: ${KEY} with KEY unset is reported once, by name;
+                        # a validator's "no key" on top of it would only mislead.
+                        continue
+                    # A validator's own message: drop pydantic's "Value error, " prefix.
+                    message = str(err.get("ctx", {}).get("error", "")) or err["msg"]
+                    self.add(_path(prefix, loc), message)
                 else:
                     self.add(_path(prefix, loc), err["msg"])
             return None
+
+    def _interpolation_failed_under(self, prefix: str) -> bool:
+        return any(
+            path == prefix or path.startswith((prefix + ".", prefix + "[")) for path in self.unset
+        )
 
     def check(self, data: Mapping[str, Any]) -> AgentConfig | None:
         # First, so that plugin option models can see it (an HTTP provider needs no

@@ -29,10 +29,38 @@ _PLACEHOLDER_WORDS = re.compile(
 )
 
 
+# Whole words between separators: "your-cloudflare-api-token-here". A random key
+# segment that is exactly one of these words is vanishingly unlikely.
+_GIVEAWAY_PARTS = frozenset(
+    [
+        "your",
+        "my",
+        "insert",
+        "enter",
+        "replace",
+        "here",
+        "placeholder",
+        "changeme",
+        "todo",
+        "fixme",
+        "dummy",
+        "example",
+        "redacted",
+        "fake",
+        "xxx",
+        "xxxx",
+        "xxxxx",
+    ]
+)
+
+
 def looks_like_placeholder(value: str) -> bool:
     """True for an empty key, or one copied from an example (``sk-...``, ``<your key>``...)."""
     value = value.strip()
     if not value or _PLACEHOLDER_SHAPE.match(value):
+        return True
+    parts = {p.lower() for p in re.split(r"[-_\s.]+", value) if p}
+    if parts & _GIVEAWAY_PARTS:
         return True
     short_or_prose = len(value) < 24 or any(c.isspace() for c in value)
     return short_or_prose and _PLACEHOLDER_WORDS.search(value) is not None
@@ -51,8 +79,8 @@ def resolve_api_key(
     if configured is not None:
         if looks_like_placeholder(configured.get_secret_value()):
             raise ValueError(
-                f"the configured {what} is a placeholder; put the real key in {names} "
-                f"and write api_key: ${{{env_vars[0]}}}, or leave api_key out"
+                f"the configured {what} (or the variable it names) is a placeholder; put the "
+                f"real key in {names} and write api_key: ${{{env_vars[0]}}}, or leave api_key out"
             )
         return configured
     for name in env_vars:

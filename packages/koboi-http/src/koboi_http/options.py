@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from koboi_http.keys import resolve_api_key
 
@@ -37,6 +45,8 @@ class HTTPProviderOptions(BaseModel):
     api_key_env: ClassVar[tuple[str, ...]] = ()
     #: Whether a call without a key makes sense at all.
     api_key_required: ClassVar[bool] = True
+    #: Body keys the provider writes itself, which ``options`` may not set.
+    reserved_options: ClassVar[frozenset[str]] = frozenset()
 
     model: str = Field(description="Model name, as the API spells it.")
     base_url: str = Field(description="API root URL; point it at any compatible server.")
@@ -79,6 +89,17 @@ class HTTPProviderOptions(BaseModel):
         description="Sent as-is in the request body (temperature, top_p, seed, stop, max_tokens, "
         "reasoning_effort...); a request's own options override them.",
     )
+
+    @field_validator("options")
+    @classmethod
+    def _not_reserved(cls, value: dict[str, Any]) -> dict[str, Any]:
+        reserved = sorted(cls.reserved_options & value.keys())
+        if reserved:
+            raise ValueError(
+                f"options may not set {', '.join(reserved)}: the provider writes them itself "
+                "from the model, the conversation, the tools and the stream setting"
+            )
+        return value
 
     @model_validator(mode="after")
     def _key(self, info: ValidationInfo) -> HTTPProviderOptions:

@@ -170,6 +170,11 @@ class HTTPProvider(ModelProvider, Generic[O]):
     async def aclose(self) -> None:
         await self._client.aclose()
 
+    def cache_identity(self) -> dict[str, Any]:
+        # The options sent in every body (temperature, seed...) change the answers;
+        # the endpoint, timeouts and credentials do not.
+        return {**super().cache_identity(), "options": self.options.options}
+
     # -- failures ----------------------------------------------------------
 
     async def _backoff_or_raise(self, error: ProviderError, attempt: int, cause: Exception) -> None:
@@ -216,12 +221,12 @@ class HTTPProvider(ModelProvider, Generic[O]):
             )
         if isinstance(exc, httpx.TransportError):
             what = type(exc).__name__
-            detail = self._clean(str(exc)) or "no detail"
+            detail = self.redact(str(exc)) or "no detail"
             return ProviderError(
                 f"{self.name}: connection to {self._where()} failed ({what}: {detail})",
                 retryable=True,
             )
-        return ProviderError(f"{self.name}: {self._clean(str(exc)) or type(exc).__name__}")
+        return ProviderError(f"{self.name}: {self.redact(str(exc)) or type(exc).__name__}")
 
     def _status_error(self, response: httpx.Response, raw: bytes) -> ProviderError:
         status = response.status_code
@@ -231,11 +236,11 @@ class HTTPProvider(ModelProvider, Generic[O]):
             detail = None
         if detail is None:
             detail = raw[:_MAX_ERROR_TEXT].decode("utf-8", "replace").strip() or None
-        detail_text = f": {self._clean(detail)}" if detail else ""
+        detail_text = f": {self.redact(detail)}" if detail else ""
         if status in (401, 403):
-            what = "rejected" if status == 401 else "not allowed to do this"
+            what = "was rejected" if status == 401 else "is not allowed to do this"
             message = (
-                f"{self.name}: HTTP {status}, the API key was {what}{detail_text} "
+                f"{self.name}: HTTP {status}, the API key {what}{detail_text} "
                 f"(check {self.options.key_hint})"
             )
         elif status == 404:
@@ -260,7 +265,7 @@ class HTTPProvider(ModelProvider, Generic[O]):
         try:
             return json.loads(raw)
         except ValueError:
-            snippet = self._clean(raw[:120].decode("utf-8", "replace"))
+            snippet = self.redact(raw[:120].decode("utf-8", "replace"))
             raise ProviderError(
                 f"{self.name}: the server's reply is not valid JSON: {snippet!r}"
             ) from None
@@ -270,7 +275,7 @@ class HTTPProvider(ModelProvider, Generic[O]):
         try:
             return json.loads(event.data)
         except ValueError:
-            snippet = self._clean(event.data[:120])
+            snippet = self.redact(event.data[:120])
             raise ProviderError(
                 f"{self.name}: the stream sent an event that is not valid JSON: {snippet!r}"
             ) from None
@@ -278,8 +283,13 @@ class HTTPProvider(ModelProvider, Generic[O]):
     def _where(self) -> str:
         return str(self._client.base_url).rstrip("/")
 
-    def _clean(self, text: str) -> str:
-        """``text`` shortened, with this provider's key removed wherever it appears."""
+    def redact(self, text: str) -> str:
+        """``text`` shortened, with this provider's credentials removed wherever they appear.
+
+        Use it on any server text that goes into an error (an error event in a
+        stream, an error inside a 200 reply). Subclasses with more than one
+        credential add them to ``self._secrets``.
+        """
         for secret in self._secrets:
             text = text.replace(secret, "***")
         text = " ".join(text.split())

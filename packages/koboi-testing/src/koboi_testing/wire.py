@@ -73,7 +73,9 @@ class Reply:
     ``chunks`` is the body, sent piece by piece (with ``Transfer-Encoding:
     chunked`` unless ``content_length`` is set); ``delay`` pauses before each
     chunk; ``hang_before`` pauses before the status line; ``drop_after``
-    closes the connection abruptly after that many chunks.
+    closes the connection abruptly after that many chunks; ``stall_after``
+    pauses ``stall_seconds`` once, after that many chunks (a stream that goes
+    quiet midway).
     """
 
     status: int = 200
@@ -83,6 +85,8 @@ class Reply:
     hang_before: float = 0.0
     drop_after: int | None = None
     content_length: bool = True
+    stall_after: int | None = None
+    stall_seconds: float = 0.0
 
     @classmethod
     def json(
@@ -320,6 +324,8 @@ class WireServer:
             if reply.drop_after is not None and index >= reply.drop_after:
                 writer.transport.abort()
                 return False
+            if reply.stall_after is not None and index == reply.stall_after:
+                await asyncio.sleep(reply.stall_seconds)
             if reply.delay:
                 await asyncio.sleep(reply.delay)
             if not chunk:
