@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from importlib import metadata
@@ -47,6 +48,14 @@ def _installed(dist: str) -> bool:
 
 MISSING = {path: dist for path, dist in SEED_HINTS.items() if not _installed(dist)}
 
+# The provider examples take their keys from the environment, as a user's would.
+FAKE_KEYS = {
+    "OPENAI_API_KEY": "sk-proj-Xq7fake4Tests9Only2Zk",
+    "ANTHROPIC_API_KEY": "sk-ant-api03-Xq7fake4Tests9Only2Zk",
+    "CLOUDFLARE_API_TOKEN": "Xq7fake4Tests9Only2ZkLm8Np3Rs6Tu",
+    "CLOUDFLARE_ACCOUNT_ID": "0123456789abcdef0123456789abcdef",
+}
+
 
 def test_there_are_configs() -> None:
     assert CONFIGS, "configs/ holds no *.yaml"
@@ -55,6 +64,8 @@ def test_there_are_configs() -> None:
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
 def test_config_validates(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
+    for name, value in FAKE_KEYS.items():
+        monkeypatch.setenv(name, value)
     config = load_config(path)
     assert config.source == path
     assert config.llm.provider
@@ -101,6 +112,10 @@ def test_seed_config_reports_the_unset_variable_too(seed: Path) -> None:
     assert "llm.api_key" in by_path
     assert "OPENAI_API_KEY" in by_path["llm.api_key"].message
     assert "OPENAI_API_KEY" in by_path["llm.api_key"].hint
+    # Reported once, by name: no second "no key" / "placeholder" problem for the same cause.
+    assert [p for p in caught.value.problems if p.path.startswith("llm")] == [
+        by_path["llm.api_key"]
+    ]
     for path in MISSING:
         assert path in by_path
 
@@ -137,5 +152,33 @@ def test_koboi_validate_accepts_the_config(path: Path) -> None:
         timeout=60,
         check=False,
         cwd=ROOT,
+        env={**os.environ, **FAKE_KEYS},
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    for value in FAKE_KEYS.values():
+        if "fake" in value:
+            assert value not in proc.stdout + proc.stderr
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("config", "variable"),
+    [("openai.yaml", "OPENAI_API_KEY"), ("anthropic.yaml", "ANTHROPIC_API_KEY")],
+)
+def test_a_provider_config_without_its_key_names_the_variable(config: str, variable: str) -> None:
+    env = {
+        k: v for k, v in os.environ.items() if k not in FAKE_KEYS and k != "ANTHROPIC_AUTH_TOKEN"
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "koboi_cli", "validate", str(ROOT / "configs" / config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+        env=env,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    assert variable in output
+    assert "Traceback" not in output
