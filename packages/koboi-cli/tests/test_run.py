@@ -4,6 +4,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from koboi_cli.app import app
@@ -58,8 +59,9 @@ def test_json_prints_one_object(runner: CliRunner, write_config: WriteConfig) ->
     result = runner.invoke(app, ["run", str(config), "-m", "2 + 2?", "--json", "--session", "s1"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert set(data) == {"session_id", "outcome", "output", "usage", "steps", "error"}
+    assert set(data) == {"session_id", "outcome", "output", "usage", "cost_usd", "steps", "error"}
     assert data["session_id"] == "s1"
+    assert data["cost_usd"] == 0.0  # no pricing configured
     assert data["outcome"] == "completed"
     assert data["output"] == "It is 4."
     assert data["steps"] == 2
@@ -118,3 +120,33 @@ def test_missing_config_file(runner: CliRunner, tmp_path: Path) -> None:
     result = runner.invoke(app, ["run", str(tmp_path / "nope.yaml"), "-m", "hi"])
     assert result.exit_code == 1
     assert "file not found" in result.stderr
+
+
+def test_cache_mode_record_then_replay(
+    runner: CliRunner, write_config: WriteConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("koboi_store_sql", reason="answers are kept in a durable store")
+    # Set (empty: no override) so the value --cache-mode writes is undone afterwards.
+    monkeypatch.setenv("KOBOI_CACHE_MODE", "")
+    monkeypatch.setenv("KOBOI_STORE", f"sqlite:///{tmp_path / 'cache.db'}")
+    config = write_config(CALCULATOR)
+    recorded = runner.invoke(
+        app, ["run", str(config), "-m", "2 + 2?", "--json", "--cache-mode", "record"]
+    )
+    assert recorded.exit_code == 0, recorded.output
+    replayed = runner.invoke(
+        app, ["run", str(config), "-m", "2 + 2?", "--json", "--cache-mode", "replay"]
+    )
+    assert replayed.exit_code == 0, replayed.output
+    assert json.loads(replayed.stdout)["output"] == json.loads(recorded.stdout)["output"]
+    missed = runner.invoke(app, ["run", str(config), "-m", "3 + 3?", "--cache-mode", "replay"])
+    assert missed.exit_code == 1
+    assert "no recorded response" in missed.output
+    assert "3 + 3?" in missed.output
+
+
+def test_unknown_cache_mode_is_a_usage_error(runner: CliRunner, write_config: WriteConfig) -> None:
+    config = write_config(CALCULATOR)
+    result = runner.invoke(app, ["run", str(config), "-m", "x", "--cache-mode", "sometimes"])
+    assert result.exit_code == 2
+    assert "sometimes" in result.output

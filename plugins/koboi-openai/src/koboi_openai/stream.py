@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from koboi.messages import Message, ModelResponse, ToolCall
+
+# The chunks are decoded JSON, so objects are always dicts: the checks below test
+# against dict, several times cheaper per chunk than the Mapping ABC.
 from koboi_openai.wire import (
     finish_from_wire,
     make_tool_call,
@@ -57,7 +60,7 @@ class StreamAssembler:
         """Take one chunk; return its non-empty text pieces, in order."""
         if isinstance(chunk.get("model"), str) and chunk["model"]:
             self.model = chunk["model"]
-        if isinstance(chunk.get("usage"), Mapping):
+        if isinstance(chunk.get("usage"), dict):
             # OpenAI sends "usage": null on every chunk but the last.
             self.usage = chunk["usage"]
         choice = _first_choice(chunk.get("choices"))
@@ -65,7 +68,7 @@ class StreamAssembler:
             return []
         pieces: list[str] = []
         delta = choice.get("delta")
-        if isinstance(delta, Mapping):
+        if isinstance(delta, dict):
             for key in ("content", "refusal"):
                 # Ollama sends "content": null, others "": never deliver empty text.
                 piece = text_from_wire(delta.get(key))
@@ -75,7 +78,7 @@ class StreamAssembler:
             if isinstance(tool_calls, list):
                 self._add_calls(tool_calls)
             legacy = delta.get("function_call")
-            if isinstance(legacy, Mapping):
+            if isinstance(legacy, dict):
                 self._add_call_entry(None, legacy)
         if isinstance(choice.get("finish_reason"), str):
             self.finish_reason = choice["finish_reason"]
@@ -84,13 +87,13 @@ class StreamAssembler:
 
     def _add_calls(self, entries: list[Any]) -> None:
         for entry in entries:
-            if not isinstance(entry, Mapping):
+            if not isinstance(entry, dict):
                 continue
             index = entry.get("index")
             if isinstance(index, bool) or not isinstance(index, int):
                 index = None
             function = entry.get("function")
-            function = function if isinstance(function, Mapping) else {}
+            function = function if isinstance(function, dict) else {}
             self._add_call_entry(index, function, call_id=entry.get("id"))
 
     def _add_call_entry(
@@ -120,7 +123,7 @@ class StreamAssembler:
         arguments = function.get("arguments")
         if isinstance(arguments, str):
             current.arguments.append(arguments)
-        elif isinstance(arguments, Mapping):
+        elif isinstance(arguments, dict):
             current.arguments.append(json.dumps(arguments, ensure_ascii=False))
 
     @property
@@ -143,6 +146,6 @@ def _first_choice(choices: Any) -> Mapping[str, Any] | None:
     if not isinstance(choices, list):
         return None
     for choice in choices:
-        if isinstance(choice, Mapping) and choice.get("index", 0) == 0:
+        if isinstance(choice, dict) and choice.get("index", 0) == 0:
             return choice
     return None
