@@ -362,3 +362,31 @@ def test_record_with_a_server_then_replay_with_no_server_no_key(tmp_path: Path) 
     # The key never reached the store (database, WAL or journal file).
     for stored in tmp_path.glob("run.db*"):
         assert key.encode() not in stored.read_bytes(), stored
+
+
+@pytest.mark.parametrize(
+    "llm",
+    [
+        {"provider": "openai", "model": "gpt-4o-mini"},
+        {"provider": "anthropic", "model": "claude-sonnet-4-5"},
+        {"provider": "cloudflare", "model": "@cf/meta/llama-3.1-8b-instruct"},
+    ],
+    ids=["openai", "anthropic", "cloudflare"],
+)
+async def test_every_provider_opens_in_replay_mode_without_credentials(
+    llm: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in (
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "CLOUDFLARE_API_TOKEN",
+        "CLOUDFLARE_ACCOUNT_ID",
+        "KOBOI_CACHE_MODE",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    config = {"llm": llm, "cache": {"mode": "replay"}}
+    async with KoboiAgent.from_dict(config, store=InMemoryStore()) as agent:
+        result = await agent.run("never recorded")
+    assert result.outcome == "failed"
+    assert "no recorded response" in (result.error or "")

@@ -204,3 +204,16 @@ def test_readme_example_validates(clean_env: pytest.MonkeyPatch) -> None:
     config = validate_config(raw, catalog_host.catalog(), env=env)
     assert isinstance(config.llm_options, CloudflareOptions)
     assert config.llm_options.options == {"max_tokens": 1024, "temperature": 0.2}
+
+
+def test_replay_mode_needs_no_token_and_no_account(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under cache.mode replay the API is never called: a machine without a key can replay."""
+    from koboi.config import validate_config
+
+    for name in ("CLOUDFLARE_API_TOKEN", "CLOUDFLARE_ACCOUNT_ID"):
+        monkeypatch.delenv(name, raising=False)
+    llm = {"provider": "cloudflare", "model": "@cf/meta/llama-3.1-8b-instruct"}
+    config = validate_config({"llm": llm, "cache": {"mode": "replay"}})
+    assert config.llm_options.api_key is None
+    with pytest.raises(Exception, match="CLOUDFLARE_API_TOKEN"):
+        validate_config({"llm": llm})
