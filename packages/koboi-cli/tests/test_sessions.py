@@ -477,6 +477,43 @@ async def test_session_for_run_resolves_refs() -> None:
             {"outcome": "failed", "steps": 1, "error": "provider down", "output": ""},
             "failed after 1 steps: provider down",
         ),
+        (
+            J.MODEL_CALL_FAILED,
+            {"step": 2, "error": "connection reset", "streamed": "The answer"},
+            'step 2: connection reset (after streaming "The answer")',
+        ),
+        (
+            J.PROVIDER_EVENT,
+            {"step": 1, "kind": "retry", "attempt": 1, "delay_seconds": 0.4, "reason": "HTTP 429"},
+            "retry 1 in 0.4 s: HTTP 429",
+        ),
+        (
+            J.PROVIDER_EVENT,
+            {
+                "step": 1,
+                "kind": "failover",
+                "provider": "gpt",
+                "next": "claude",
+                "reason": "HTTP 503",
+            },
+            "failover from gpt to claude: HTTP 503",
+        ),
+        (
+            J.PROVIDER_EVENT,
+            {"kind": "breaker_open", "provider": "gpt", "failures": 3, "cooldown_seconds": 60},
+            "gpt benched for 60 s after 3 failures",
+        ),
+        (J.PROVIDER_EVENT, {"kind": "breaker_closed", "provider": "gpt"}, "gpt is back"),
+        (
+            J.PROVIDER_EVENT,
+            {"kind": "cache_hit", "key": "0123456789abcdef"},
+            "answer from the response cache (0123456789abcdef)",
+        ),
+        (
+            J.BUDGET_EXCEEDED,
+            {"step": 2, "budget": "max_total_tokens", "limit": 1000, "used": 1100},
+            "step 2: max_total_tokens used 1100 of 1000",
+        ),
         ("custom_event", {"note": "hello"}, '{"note":"hello"}'),
     ],
 )

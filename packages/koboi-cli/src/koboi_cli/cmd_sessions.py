@@ -253,7 +253,13 @@ def _summary(kind: str, d: Mapping[str, Any]) -> str:
     if kind == "model_call_finished":
         return f"{step}: {_response(d.get('response'))}"
     if kind == "model_call_failed":
-        return f"{step}: {d.get('error', '')}"
+        streamed = d.get("streamed")
+        after = f" (after streaming {_quote(streamed)})" if streamed else ""
+        return f"{step}: {d.get('error', '')}{after}"
+    if kind == "provider_event":
+        return _provider_event(d)
+    if kind == "budget_exceeded":
+        return f"{step}: {d.get('budget', '?')} used {d.get('used', '?')} of {d.get('limit', '?')}"
     if kind == "tool_call_started":
         args = _compact(d.get("arguments", {}))
         idempotent = " (idempotent)" if d.get("idempotent") else ""
@@ -279,6 +285,26 @@ def _summary(kind: str, d: Mapping[str, Any]) -> str:
         detail = d.get("error") if d.get("error") else _quote(d.get("output") or "")
         return f"{outcome} after {d.get('steps', '?')} steps: {detail}"
     return _compact(d)
+
+
+def _provider_event(d: Mapping[str, Any]) -> str:
+    kind = str(d.get("kind", "?"))
+    who = d.get("provider") or "?"
+    reason = f": {d['reason']}" if d.get("reason") else ""
+    if kind == "retry":
+        return f"retry {d.get('attempt', '?')} in {d.get('delay_seconds', '?')} s{reason}"
+    if kind == "failover":
+        following = d.get("next") or "nothing left"
+        return f"failover from {who} to {following}{reason}"
+    if kind == "breaker_open":
+        cooldown = d.get("cooldown_seconds", "?")
+        return f"{who} benched for {cooldown} s after {d.get('failures', '?')} failures{reason}"
+    if kind == "breaker_closed":
+        return f"{who} is back"
+    if kind == "cache_hit":
+        return f"answer from the response cache ({d.get('key', '?')})"
+    rest = {k: v for k, v in d.items() if k not in ("kind", "step")}
+    return f"{kind} {_compact(rest)}"
 
 
 def _compact(value: Any) -> str:
