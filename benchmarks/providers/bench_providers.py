@@ -1,8 +1,9 @@
 """The provider layer's cost: SSE parse throughput and per-call overhead over raw httpx.
 
-Everything runs against one local HTTP server (koboi_testing.wire.WireServer on
-127.0.0.1) speaking the OpenAI Chat Completions wire format, so the network and
-the server cost the same for both sides of each comparison. Prints:
+Everything runs against a local HTTP server (koboi_testing.wire.WireServer on
+127.0.0.1, in a process of its own) speaking the OpenAI Chat Completions wire
+format, so the network and the server cost the same for both sides of each
+comparison. Prints:
 
 1. SSE parse throughput, in memory: a 1000-token OpenAI stream body fed to
    koboi_http.SSEDecoder in 64-byte pieces (framing only), and the same plus
@@ -33,9 +34,11 @@ import argparse
 import json
 import platform
 import statistics
+import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import anyio
@@ -104,6 +107,31 @@ def stream_events(tokens: int) -> list[Any]:
     )
     events.append("[DONE]")
     return events
+
+
+def serve(paced: bool) -> None:
+    """Child process: serve the two canned replies until stdin closes."""
+    tokens = 1000
+    one_token = Reply.json(completion("Hi"))
+    long_stream = Reply.sse(stream_events(tokens), delay=0.0005 if paced else 0.0)
+    with WireServer() as server:
+        server.handler = lambda request: long_stream if request.json().get("stream") else one_token
+        print(server.url, flush=True)
+        sys.stdin.read()
+
+
+@contextmanager
+def server_process(*, paced: bool = False) -> Iterator[str]:
+    """The wire server in a process of its own, so it never competes for this one's GIL."""
+    argv = [sys.executable, __file__, "--serve", *(["--paced"] if paced else [])]
+    child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        yield child.stdout.readline().strip()
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(timeout=10)
 
 
 def parse_throughput(tokens: int, repeats: int) -> tuple[float, float]:
@@ -176,13 +204,15 @@ async def main(quick: bool) -> None:
     print(f"  framing only (SSEDecoder)          {framing:12,.0f} tokens/s")
     print(f"  framing + json + chunk assembly    {assembly:12,.0f} tokens/s")
 
-    with WireServer() as server:
-        one_token = Reply.json(completion("Hi"))
-        long_stream = Reply.sse(stream_events(tokens))
-        server.handler = lambda request: long_stream if request.json().get("stream") else one_token
-        options = OpenAIOptions(model="bench-model", base_url=server.url + "/v1", max_retries=0)
+    with server_process() as url, server_process(paced=True) as paced_url:
+        options = OpenAIOptions(model="bench-model", base_url=url + "/v1", max_retries=0)
+        paced_options = OpenAIOptions(model="bench-model", base_url=paced_url + "/v1")
         provider = OpenAIProvider(options)
-        async with httpx.AsyncClient(base_url=server.url + "/v1/") as client:
+        paced_provider = OpenAIProvider(paced_options)
+        async with (
+            httpx.AsyncClient(base_url=url + "/v1/") as client,
+            httpx.AsyncClient(base_url=paced_url + "/v1/") as paced_client,
+        ):
 
             async def provider_complete() -> None:
                 response = await provider.complete(REQUEST)
@@ -192,13 +222,13 @@ async def main(quick: bool) -> None:
                 reply = await client.post("chat/completions", json=BODY)
                 assert reply.json()["choices"][0]["message"]["content"] == "Hi"
 
-            async def provider_stream() -> None:
-                async for event in provider.stream(REQUEST):
+            async def provider_stream(which: OpenAIProvider = provider) -> None:
+                async for event in which.stream(REQUEST):
                     if isinstance(event, ResponseDone):
                         assert event.response.usage.output_tokens == tokens
 
-            async def raw_stream() -> None:
-                async with client.stream(
+            async def raw_stream(which: httpx.AsyncClient = client) -> None:
+                async with which.stream(
                     "POST", "chat/completions", json={**BODY, "stream": True}
                 ) as reply:
                     async for _ in reply.aiter_bytes():
@@ -215,6 +245,12 @@ async def main(quick: bool) -> None:
                             if choices and choices[0]["delta"].get("content"):
                                 text.append(choices[0]["delta"]["content"])
                 assert len(text) == tokens
+
+            async def paced_ours() -> None:
+                await provider_stream(paced_provider)
+
+            async def paced_raw() -> None:
+                await raw_stream(paced_client)
 
             started = time.perf_counter()
             deltas = 0
@@ -236,9 +272,7 @@ async def main(quick: bool) -> None:
             report(
                 f"{tokens}-token reply, streaming at full speed, vs hand-parsed httpx", ours, raw
             )
-            paced = Reply.sse(stream_events(tokens), delay=0.0005)
-            server.handler = lambda request: paced
-            ours, raw = await compare(max(3, stream_calls // 6), provider_stream, raw_stream)
+            ours, raw = await compare(max(3, stream_calls // 6), paced_ours, paced_raw)
             rate = tokens / statistics.median(raw)
             report(
                 f"{tokens}-token reply, paced (0.5 ms pause per chunk: {rate:,.0f} tokens/s "
@@ -247,11 +281,17 @@ async def main(quick: bool) -> None:
                 raw,
             )
         await provider.aclose()
+        await paced_provider.aclose()
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: fewer calls")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--paced", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    anyio.run(main, args.quick)
+    if args.serve:
+        serve(args.paced)
+    else:
+        anyio.run(main, args.quick)
     sys.exit(0)

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import codecs
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class SSEEvent:
-    """One dispatched event. ``event`` is ``"message"`` when the stream named none."""
+class SSEEvent(NamedTuple):
+    """One dispatched event. ``event`` is ``"message"`` when the stream named none.
+
+    A named tuple, not a frozen dataclass: one is made per streamed token, and
+    a tuple is several times cheaper to build.
+    """
 
     data: str
     event: str = "message"
@@ -59,7 +62,10 @@ class SSEDecoder:
         self._pending = lines.pop()
         events: list[SSEEvent] = []
         for line in lines:
-            if line:
+            if line.startswith("data: "):
+                # The usual line, by far: skip the general field parsing.
+                self._data.append(line[6:])
+            elif line:
                 self._field(line)
             elif self._data:
                 events.append(

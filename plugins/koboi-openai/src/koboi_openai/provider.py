@@ -140,8 +140,7 @@ class OpenAIProvider(HTTPProvider[OpenAIOptions]):
             if chunk.get("error") or event.event == "error":
                 raise self._error_in_reply(chunk.get("error") or chunk)
             for piece in assembler.add(chunk):
-                # A str by construction: skip re-validating it on the hot path.
-                yield TextDelta.model_construct(text=piece)
+                yield TextDelta(text=piece)
         if assembler.finished:
             # Some servers end the stream without "[DONE]"; the reply said it was
             # complete, so it is. Without a finish reason the stream was cut.
