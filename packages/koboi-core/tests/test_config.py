@@ -66,13 +66,19 @@ def test_unknown_key_in_kernel_section(tmp_path: Path, host: PluginHost) -> None
     ]
 
 
-def test_every_problem_is_reported_at_once(tmp_path: Path, host: PluginHost) -> None:
+def test_every_problem_is_reported_at_once(
+    tmp_path: Path, host: PluginHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A first-party backend name whose plugin is not installed here.
+    from koboi import _hints
+
+    monkeypatch.setitem(_hints.SANDBOXES, "microvm", "koboi-sandbox-microvm")
     text = """
     agent: {mode: turbo, max_iterations: 0}
     llm: {provider: scripted, scirpt: []}
     tools: {builtin: [calculator, calculater, web_search]}
     store: {url: "mongodb://x/db"}
-    sandbox: {backend: restricted}
+    sandbox: {backend: microvm}
     """
     found = problems(tmp_path, host, text)
     joined = "\n".join(found)
@@ -91,7 +97,10 @@ def test_every_problem_is_reported_at_once(tmp_path: Path, host: PluginHost) -> 
         "store.url: no installed store handles 'mongodb://' URLs (installed store schemes: "
         in joined
     )
-    assert "sandbox.backend: unknown sandbox backend 'restricted' (install koboi-sandbox)" in joined
+    assert (
+        "sandbox.backend: unknown sandbox backend 'microvm' (install koboi-sandbox-microvm)"
+        in joined
+    )
     assert len(found) == 7
     error = ConfigError([], None)
     assert isinstance(error, Exception)

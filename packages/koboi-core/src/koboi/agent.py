@@ -55,6 +55,10 @@ class KoboiAgent:
         the config (tests, embedding).
     :param interceptors: added to those the plugins register.
     :param resources: objects tools can ask for with ``ctx.get(Type)``.
+    :param autonomous: nobody can approve anything (a background job, a
+        schedule, an A2A call). Such an agent may only have destructive tools
+        when its sandbox isolates them (the C3 rule): it is refused at
+        :meth:`open` otherwise, and each destructive call is checked again.
     """
 
     def __init__(
@@ -69,8 +73,10 @@ class KoboiAgent:
         sandbox: Sandbox | None = None,
         interceptors: Sequence[Interceptor] = (),
         resources: Mapping[type[Any], Any] | None = None,
+        autonomous: bool = False,
     ) -> None:
         self.config = config
+        self.autonomous = autonomous
         self.host = host or default_host()
         self.approver = approver or DenyAllApprover()
         self._extra_tools = list(extra_tools)
@@ -136,6 +142,8 @@ class KoboiAgent:
             sandbox = self._sandbox or self._build_sandbox(catalog)
             stack.push_async_callback(_shielded(sandbox.aclose))
             tools = self._build_tools(catalog)
+            if self.autonomous:
+                _refuse_unisolated_destruction(tools, sandbox)
             keeper_group = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(keeper_group.cancel_scope.cancel)  # unwinds before the group exits
             keeper_group.start_soon(self._keep_leases)
@@ -156,6 +164,7 @@ class KoboiAgent:
             tools=tools,
             interceptors=interceptors,
             resources=self._resources,
+            autonomous=self.autonomous,
         )
 
     async def _keep_leases(self) -> None:
@@ -346,6 +355,21 @@ class KoboiAgent:
             config_hash=config.config_hash,
         )
         return info.id, J.SessionState()
+
+
+def _refuse_unisolated_destruction(tools: Mapping[str, Tool], sandbox: Sandbox) -> None:
+    """The C3 rule, before the run starts: an autonomous agent with a destructive tool
+    needs an isolating sandbox."""
+    from koboi.tools import Risk
+
+    destructive = sorted(name for name, t in tools.items() if t.risk == Risk.DESTRUCTIVE)
+    if destructive and not sandbox.isolated:
+        raise KoboiError(
+            f"refused before starting: this agent runs autonomously (no human can approve) "
+            f"and has destructive tools ({', '.join(destructive)}), but sandbox.backend is "
+            f"'{sandbox.name}', which does not isolate them; set sandbox: {{backend: "
+            "restricted}, or remove the destructive tools"
+        )
 
 
 def _shielded(close: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:

@@ -86,6 +86,8 @@ class LoopParts:
     tools: Mapping[str, Tool]
     interceptors: Sequence[Interceptor] = ()
     resources: Mapping[type[Any], Any] = field(default_factory=dict)
+    #: No human can approve anything (a job, a schedule, an A2A call).
+    autonomous: bool = False
 
 
 class HistoryView(Sequence[Message]):
@@ -620,7 +622,7 @@ class AgentRun:
             call_id=call.id,
             step=step,
             sandbox=self.parts.sandbox,
-            workdir=getattr(self.parts.sandbox, "workdir", None),
+            workdir=self.parts.sandbox.workdir_for(self.session_id),
             resources=self.parts.resources,
         )
         # The "started" marker is committed as late as possible: after every decision,
@@ -670,6 +672,14 @@ class AgentRun:
         except ToolArgumentError as exc:
             return _Refusal("arguments", str(exc))
         pending = PendingToolCall(call=call, tool=tool, args=args, step=step)
+        if (
+            self.parts.autonomous
+            and tool.risk == Risk.DESTRUCTIVE
+            and not self.parts.sandbox.isolated
+        ):
+            # The C3 rule, checked again at each call: the run may have started with a
+            # sandbox that was swapped since, or with tools added later.
+            return _Refusal("sandbox", c3_refusal(tool.name, self.parts.sandbox.name))
 
         verdicts: list[Verdict] = []
         for icp in self._before_tool:
@@ -764,6 +774,15 @@ class AgentRun:
             return ToolResult(f"tool '{tool.name}' failed: {exc}", is_error=True)
         except Exception as exc:
             return ToolResult(f"tool '{tool.name}' failed: {_describe(exc)}", is_error=True)
+
+
+def c3_refusal(tool_name: str, backend: str) -> str:
+    """Why an autonomous run may not run a destructive tool in a sandbox that does not isolate."""
+    return (
+        f"tool '{tool_name}' is destructive and this run is autonomous (no human can approve "
+        f"it), so it may only run in an isolating sandbox; sandbox.backend is '{backend}' "
+        "(set sandbox: {backend: restricted})"
+    )
 
 
 def _describe(exc: BaseException) -> str:

@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,8 +76,31 @@ class Sandbox(ABC):
         timeout: float | None = None,
         input: bytes | None = None,
         max_output: int = DEFAULT_OUTPUT_LIMIT,
+        session_id: str | None = None,
     ) -> ProcessResult:
-        """Run a command to completion (or until ``timeout`` seconds) and capture its output."""
+        """Run a command to completion (or until ``timeout`` seconds) and capture its output.
+
+        ``session_id`` says whose command it is: a sandbox that gives each
+        session its own working directory confines the command to that one.
+        """
+
+    def workdir_for(self, session_id: str) -> Path | None:
+        """The working directory of ``session_id``'s tools (None: the process's own).
+
+        The default is one directory for every session (``self.workdir`` when
+        the sandbox has one); a sandbox with per-session directories overrides it.
+        """
+        workdir = getattr(self, "workdir", None)
+        return Path(workdir) if workdir is not None else None
+
+    @property
+    def isolated(self) -> bool:
+        """True when tool processes are confined (not ``passthrough``).
+
+        An autonomous run (no human to approve) may only run destructive tools
+        in an isolated sandbox.
+        """
+        return True
 
     def describe(self) -> dict[str, Any]:
         """What this sandbox enforces, for ``koboi sandbox check`` and the journal."""
@@ -99,6 +122,10 @@ class PassthroughSandbox(Sandbox):
     def __init__(self, workdir: Path | None = None) -> None:
         self.workdir = workdir
 
+    @property
+    def isolated(self) -> bool:
+        return False
+
     async def run_process(
         self,
         argv: Sequence[str],
@@ -108,6 +135,7 @@ class PassthroughSandbox(Sandbox):
         timeout: float | None = None,
         input: bytes | None = None,
         max_output: int = DEFAULT_OUTPUT_LIMIT,
+        session_id: str | None = None,
     ) -> ProcessResult:
         return await run_capped_process(
             argv,
@@ -122,6 +150,21 @@ class PassthroughSandbox(Sandbox):
         return {"backend": self.name, "isolation": "none"}
 
 
+#: Starts a process: ``spawn(argv, cwd=..., env=..., stdin=...)``. It must put the
+#: process in a session (and process group) of its own.
+Spawn = Callable[..., Awaitable[Process]]
+
+
+async def _spawn_in_new_session(
+    argv: list[str],
+    *,
+    cwd: str | os.PathLike[str] | None,
+    env: dict[str, str] | None,
+    stdin: int,
+) -> Process:
+    return await anyio.open_process(argv, cwd=cwd, env=env, stdin=stdin, start_new_session=True)
+
+
 async def run_capped_process(
     argv: Sequence[str],
     *,
@@ -130,16 +173,21 @@ async def run_capped_process(
     timeout: float | None = None,
     input: bytes | None = None,
     max_output: int = DEFAULT_OUTPUT_LIMIT,
+    spawn: Spawn | None = None,
 ) -> ProcessResult:
-    """Run ``argv`` in its own session; cap output while reading; kill the group on timeout."""
+    """Run ``argv`` in its own session; cap output while reading; kill the group on timeout.
+
+    ``spawn`` replaces how the process is started (a sandbox confines it
+    there); whatever starts it, the group of the process it returns is what a
+    timeout kills.
+    """
     if not argv:
         raise ValueError("argv must not be empty")
-    process = await anyio.open_process(
+    process = await (spawn or _spawn_in_new_session)(
         list(argv),
         cwd=cwd,
         env=dict(env) if env is not None else None,
         stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-        start_new_session=True,
     )
     out = _CappedBuffer(max_output)
     err = _CappedBuffer(max_output)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -25,7 +26,7 @@ from koboi.errors import ToolArgumentError
 from koboi.messages import ToolSpec
 
 if TYPE_CHECKING:
-    from koboi.sandbox import Sandbox
+    from koboi.sandbox import ProcessResult, Sandbox
 
 _NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_.-]{0,63}$")
 
@@ -62,6 +63,31 @@ class ToolContext:
     workdir: Path | None = None
     resources: Mapping[type[Any], Any] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
+
+    async def run_process(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        input: bytes | None = None,
+        max_output: int = 1_000_000,
+    ) -> ProcessResult:
+        """Run a command through this call's sandbox, as this session, in its workdir.
+
+        What a tool that starts processes should use: the sandbox applies its
+        confinement, and ``cwd`` defaults to the session's working directory.
+        """
+        return await self.sandbox.run_process(
+            argv,
+            cwd=cwd if cwd is not None else self.workdir,
+            env=env,
+            timeout=timeout,
+            input=input,
+            max_output=max_output,
+            session_id=self.session_id,
+        )
 
     def get(self, kind: type[T]) -> T:
         """Return the resource registered for ``kind``; ``LookupError`` names what is missing."""
