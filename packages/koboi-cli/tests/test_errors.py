@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -83,3 +85,16 @@ def test_usage_errors_exit_2(runner: CliRunner) -> None:
     result = runner.invoke(app, ["run"])
     assert result.exit_code == 2
     assert "Missing argument" in result.output
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
+def test_the_cli_process_makes_itself_non_dumpable() -> None:
+    # In a child, so this test process keeps its own setting.
+    code = (
+        "import ctypes; from koboi_cli.app import _undumpable; libc = ctypes.CDLL(None); "
+        "before = libc.prctl(3, 0, 0, 0, 0); _undumpable(); print(before, libc.prctl(3, 0, 0, 0, 0))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert proc.stdout.split() == ["1", "0"]  # PR_GET_DUMPABLE: dumpable before, not after

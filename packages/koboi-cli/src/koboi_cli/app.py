@@ -295,6 +295,19 @@ def config_schema(
     schema(output)
 
 
+def _undumpable() -> None:
+    """Make this process non-dumpable (Linux): a tool running as the same user cannot
+    read koboi's memory or environment (API keys) through /proc or attach with ptrace."""
+    if not sys.platform.startswith("linux"):
+        return
+    import contextlib
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+
+
 def main() -> None:
     """Entry point of the ``koboi`` script."""
+    _undumpable()
     app(prog_name="koboi")

@@ -1,0 +1,1 @@
+"""koboi's restricted sandbox, with hard isolation (seccomp, Landlock) on Linux."""

@@ -1,0 +1,68 @@
+"""Fixtures: sandboxes at each level, over real processes on this machine."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from koboi.sandbox import PassthroughSandbox
+from koboi_sandbox.options import RestrictedOptions
+from koboi_sandbox.probe import probe
+from koboi_sandbox.restricted import RestrictedSandbox, required_gaps
+
+SandboxMaker = Callable[..., RestrictedSandbox]
+
+
+def hard_gaps() -> list[str]:
+    return required_gaps(RestrictedOptions(isolation="hard"), probe())
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "hard: needs isolation hard (seccomp, Landlock, PID namespaces) on this machine"
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    gaps = hard_gaps()
+    if not gaps:
+        return
+    skip = pytest.mark.skip(reason=f"isolation hard is not available here: {'; '.join(gaps)}")
+    for item in items:
+        if item.get_closest_marker("hard") is not None:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A directory every user can traverse (pytest's tmp_path is private to root).
+
+    Tests about what the sandbox user cannot read must put the files where
+    ordinary permissions would let that user read them, or "denied" would
+    prove nothing.
+    """
+    path = Path(tempfile.mkdtemp(prefix="koboi-sandbox-test-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def make_sandbox(open_dir: Path) -> SandboxMaker:
+    def make(**options: Any) -> RestrictedSandbox:
+        settings: dict[str, Any] = {"workdir": str(open_dir / "workdirs"), **options}
+        return RestrictedSandbox(RestrictedOptions.model_validate(settings))
+
+    return make
+
+
+@pytest.fixture
+def passthrough(open_dir: Path) -> PassthroughSandbox:
+    workdir = open_dir / "passthrough"
+    workdir.mkdir()
+    return PassthroughSandbox(workdir)
