@@ -125,7 +125,7 @@ def _wait_for(pid: int, uid: int | None, gid: int | None) -> None:
     """The waiter: hold nothing, wait for PID 1 of the namespace, exit with its status."""
     # The pipe subprocess uses to report exec errors is among these: only the
     # command may hold it, or koboi would wait on the waiter instead.
-    os.closerange(3, 1 << 16)
+    os.closerange(3, 0x7FFFFFFF)  # close_range(2): every descriptor, however many
     try:
         if uid is not None and gid is not None:
             os.setgroups([])
