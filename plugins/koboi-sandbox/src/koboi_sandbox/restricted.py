@@ -264,8 +264,9 @@ def _inside(cwd: str | os.PathLike[str] | None, workdir: Path) -> Path:
 
 
 def _spawner(confinement: Confinement) -> Any:
+    # The Landlock ruleset descriptor needs no pass_fds: preexec_fn runs before
+    # CPython closes descriptors, and the kernel made it close-on-exec anyway.
     preexec = make_preexec(confinement)
-    keep = (confinement.landlock_fd,) if confinement.landlock_fd is not None else ()
 
     async def spawn(
         argv: list[str], *, cwd: Any, env: dict[str, str] | None, stdin: int
@@ -283,7 +284,6 @@ def _spawner(confinement: Confinement) -> Any:
             env=env,
             preexec_fn=preexec,
             close_fds=True,
-            pass_fds=keep,
         )
 
     return spawn
