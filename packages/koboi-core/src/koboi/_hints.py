@@ -22,15 +22,14 @@ SECTIONS: dict[str, str] = {
     "a2a": "koboi-a2a",
     "eval": "koboi-eval",
     "replay": "koboi-replay",
-    "cache": "koboi-replay",
     "orchestration": "koboi-orchestration",
     "hooks": "koboi-hooks",
     "skills": "koboi-skills",
     "telemetry": "koboi-otel",
-    "web": "koboi-tools-web",
-    "shell": "koboi-tools-shell",
-    "fs": "koboi-tools-fs",
-    "git": "koboi-tools-git",
+    "tools_web": "koboi-tools-web",
+    "tools_shell": "koboi-tools-shell",
+    "tools_fs": "koboi-tools-fs",
+    "tools_git": "koboi-tools-git",
 }
 
 PROVIDERS: dict[str, str] = {

@@ -183,12 +183,15 @@ async def run_capped_process(
     """
     if not argv:
         raise ValueError("argv must not be empty")
-    process = await (spawn or _spawn_in_new_session)(
-        list(argv),
-        cwd=cwd,
-        env=dict(env) if env is not None else None,
-        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-    )
+    # Shielded: a cancellation that landed while the process was being set up would
+    # leave it running without anyone to kill its group or collect its exit.
+    with anyio.CancelScope(shield=True):
+        process = await (spawn or _spawn_in_new_session)(
+            list(argv),
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        )
     out = _CappedBuffer(max_output)
     err = _CappedBuffer(max_output)
     timed_out = False
