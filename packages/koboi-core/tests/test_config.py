@@ -73,10 +73,11 @@ def test_every_problem_is_reported_at_once(
     from koboi import _hints
 
     monkeypatch.setitem(_hints.SANDBOXES, "microvm", "koboi-sandbox-microvm")
+    monkeypatch.setitem(_hints.TOOLS, "crystal_ball", "koboi-tools-oracle")
     text = """
     agent: {mode: turbo, max_iterations: 0}
     llm: {provider: scripted, scirpt: []}
-    tools: {builtin: [calculator, calculater, web_search]}
+    tools: {builtin: [calculator, calculater, crystal_ball]}
     store: {url: "mongodb://x/db"}
     sandbox: {backend: microvm}
     """
@@ -90,7 +91,7 @@ def test_every_problem_is_reported_at_once(
         in joined
     )
     assert (
-        "tools.builtin[2]: unknown tool 'web_search' (install koboi-tools-web; known tools:"
+        "tools.builtin[2]: unknown tool 'crystal_ball' (install koboi-tools-oracle; known tools:"
         in joined
     )
     assert (
