@@ -132,7 +132,13 @@ async def test_kill_stops_the_job_and_its_children(
     # Control: left alone, the job writes its marker.
     control = await shell.start(ctx, "echo started; sleep 0.5; touch control-marker")
     await wait_until(lambda: (ctx.workdir / "control-marker").exists())
-    assert (await shell.status(ctx, control))["state"] == "exited"
+    # The marker appears a moment before the job is seen to exit: poll for it.
+    for _ in range(100):
+        state = (await shell.status(ctx, control))["state"]
+        if state != "running":
+            break
+        await anyio.sleep(0.05)
+    assert state == "exited"
 
     job = await shell.start(
         ctx, "(sleep 1; touch child-marker) & echo started; sleep 1; touch late-marker; sleep 30"
