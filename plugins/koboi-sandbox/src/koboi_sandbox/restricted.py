@@ -29,6 +29,7 @@ from koboi_sandbox.environment import clean_environment
 from koboi_sandbox.options import DEFAULT_READ_ONLY, DEFAULT_READ_WRITE, RestrictedOptions
 from koboi_sandbox.probe import Capabilities, probe
 from koboi_sandbox.runner import Confinement, make_preexec, make_undumpable, rlimit_pairs
+from koboi_sandbox.text import neutralise
 
 #: The directory of processes started outside any session (``session_id=None``).
 SHARED_SESSION = "shared"
@@ -210,25 +211,6 @@ class RestrictedSandbox(Sandbox):
         return dataclasses.replace(
             result, stdout=neutralise(result.stdout), stderr=neutralise(result.stderr)
         )
-
-
-# ESC-introduced sequences (CSI, OSC up to BEL or ST, and two-character ones),
-# then any C0/C1 control character other than tab and newline, and DEL.
-_ESCAPES = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]"
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
-    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"
-    r"|\x1b[@-Z\\-_]?"
-    r"|[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]"
-)
-
-
-def neutralise(text: str) -> str:
-    """``text`` without terminal escape sequences or control characters (tab, newline kept).
-
-    Carriage returns go too: a lone CR lets output overwrite what a reader saw.
-    """
-    return _ESCAPES.sub("", text)
 
 
 def required_gaps(options: RestrictedOptions, caps: Capabilities) -> list[str]:
