@@ -235,10 +235,16 @@ async def test_a_fork_bomb_is_contained_while_koboi_stays_responsive(
         tg.start_soon(heartbeat)
         bomb = await sh(sandbox, "bomb() { bomb | bomb & }; bomb; sleep 30", timeout=3)
         tg.cancel_scope.cancel()
-    assert bomb.timed_out
+    # Contained either way: the limit starves the leader too ("Cannot fork", it exits
+    # and its namespace dies with it), or the timeout kills the namespace.
+    assert bomb.timed_out or "Cannot fork" in bomb.stderr, bomb
     assert lags and max(lags) < 1.0, f"koboi stalled for {max(lags):.2f} s during the fork bomb"
-    left = await anyio.run_process(["pgrep", "-u", "nobody", "-f", "sh -c bomb"], check=False)
-    assert left.stdout.split() == [], "fork bomb processes outlived the timeout"
+    for _ in range(40):  # the kernel reaps the namespace's processes within moments
+        left = await anyio.run_process(["pgrep", "-u", "nobody", "-f", "sh -c bomb"], check=False)
+        if not left.stdout.split():
+            break
+        await anyio.sleep(0.05)
+    assert left.stdout.split() == [], "fork bomb processes outlived the run"
 
 
 async def test_a_memory_hog_is_stopped_by_the_address_space_limit(
