@@ -68,3 +68,9 @@ TOOLS: dict[str, str] = {
 SANDBOXES: dict[str, str] = {"restricted": "koboi-sandbox"}
 
 STORE_SCHEMES: dict[str, str] = {"sqlite": "koboi-store-sql", "postgresql": "koboi-store-sql"}
+
+
+def isolating_sandboxes() -> str:
+    """How to get a sandbox that isolates, in words for an error message."""
+    known = ", ".join(f"'{name}' from {dist}" for name, dist in SANDBOXES.items())
+    return f"use an isolating backend such as {known}" if known else "use an isolating backend"

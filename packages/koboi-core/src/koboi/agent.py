@@ -360,16 +360,13 @@ class KoboiAgent:
 def _refuse_unisolated_destruction(tools: Mapping[str, Tool], sandbox: Sandbox) -> None:
     """The C3 rule, before the run starts: an autonomous agent with a destructive tool
     needs an isolating sandbox."""
+    from koboi.loop import c3_refusal
     from koboi.tools import Risk
 
     destructive = sorted(name for name, t in tools.items() if t.risk == Risk.DESTRUCTIVE)
     if destructive and not sandbox.isolated:
-        raise KoboiError(
-            f"refused before starting: this agent runs autonomously (no human can approve) "
-            f"and has destructive tools ({', '.join(destructive)}), but sandbox.backend is "
-            f"'{sandbox.name}', which does not isolate them; set sandbox: {{backend: "
-            "restricted}, or remove the destructive tools"
-        )
+        reason = c3_refusal(", ".join(destructive), sandbox.name)
+        raise KoboiError(f"refused before starting: {reason}; or remove the destructive tools")
 
 
 def _shielded(close: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:

@@ -128,3 +128,14 @@ class SandboxError(KoboiError):
 
 class BudgetExceeded(KoboiError):
     """A run stopped because a configured budget was used up."""
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for an error: a :class:`KoboiError`'s own message, else its type and text.
+
+    What the journal and the model see when something fails.
+    """
+    if isinstance(exc, KoboiError):
+        return str(exc)
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -21,7 +21,7 @@ import anyio
 
 from koboi import journal as J
 from koboi.approval import ApprovalRequest, Approver, arguments_hash
-from koboi.errors import FencedOut, KoboiError, ToolArgumentError, ToolError
+from koboi.errors import FencedOut, KoboiError, ToolArgumentError, ToolError, describe_error
 from koboi.events import (
     AgentEvent,
     FinalEvent,
@@ -398,7 +398,7 @@ class AgentRun:
             if self._finished or self._fenced_out or self._store_failed:
                 raise
             try:
-                guard.final = await self._finish("failed", "", _describe(exc))
+                guard.final = await self._finish("failed", "", describe_error(exc))
             except Exception:
                 raise exc from None
         finally:
@@ -445,7 +445,7 @@ class AgentRun:
                         if response.message.content:
                             yield TextDeltaEvent(response.message.content, step)
                 except Exception as exc:
-                    error = _describe(exc)
+                    error = describe_error(exc)
                     await self._record_reports(step, reports)
                     failed: dict[str, Any] = {"step": step, "error": error}
                     if streamed:
@@ -734,7 +734,7 @@ class AgentRun:
         except Exception as exc:
             approved, why, by = (
                 False,
-                f"the approver failed: {_describe(exc)}",
+                f"the approver failed: {describe_error(exc)}",
                 self.parts.approver.name,
             )
         else:
@@ -773,20 +773,18 @@ class AgentRun:
         except ToolError as exc:
             return ToolResult(f"tool '{tool.name}' failed: {exc}", is_error=True)
         except Exception as exc:
-            return ToolResult(f"tool '{tool.name}' failed: {_describe(exc)}", is_error=True)
+            return ToolResult(f"tool '{tool.name}' failed: {describe_error(exc)}", is_error=True)
 
 
-def c3_refusal(tool_name: str, backend: str) -> str:
-    """Why an autonomous run may not run a destructive tool in a sandbox that does not isolate."""
+def c3_refusal(tool_names: str, backend: str) -> str:
+    """Why an autonomous run may not run destructive tools in a sandbox that does not isolate.
+
+    The C3 rule; said the same way before a run starts and at each call.
+    """
+    from koboi import _hints
+
     return (
-        f"tool '{tool_name}' is destructive and this run is autonomous (no human can approve "
-        f"it), so it may only run in an isolating sandbox; sandbox.backend is '{backend}' "
-        "(set sandbox: {backend: restricted})"
+        f"this run is autonomous (no human can approve) and '{tool_names}' is destructive, "
+        f"so it may only run in a sandbox that isolates; sandbox.backend is '{backend}', "
+        f"which does not ({_hints.isolating_sandboxes()})"
     )
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, KoboiError):
-        return str(exc)
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

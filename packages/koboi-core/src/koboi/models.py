@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from koboi.errors import ConfigError, ConfigProblem, KoboiError, ProviderError
+from koboi.errors import ConfigError, ConfigProblem, KoboiError, ProviderError, describe_error
 from koboi.messages import (
     ModelRequest,
     ModelResponse,
@@ -195,7 +195,7 @@ class ProviderPool(ModelProvider):
                 provider=name,
                 failures=breaker.failures,
                 cooldown_seconds=self.cooldown_seconds,
-                reason=_describe(error),
+                reason=describe_error(error),
             )
 
     def _failover(self, name: str, error: BaseException, following: str | None) -> None:
@@ -204,11 +204,11 @@ class ProviderPool(ModelProvider):
             pool=self.label,
             provider=name,
             next=following,
-            reason=_describe(error),
+            reason=describe_error(error),
         )
 
     def _all_failed(self, errors: list[tuple[str, BaseException]]) -> ProviderError:
-        detail = "; ".join(f"{name}: {_describe(exc)}" for name, exc in errors)
+        detail = "; ".join(f"{name}: {describe_error(exc)}" for name, exc in errors)
         retryable = all(isinstance(e, ProviderError) and e.retryable for _, e in errors)
         return ProviderError(
             f"pool {self.label}: every provider failed ({detail})", retryable=retryable
@@ -454,10 +454,3 @@ def build_model(
             raise KoboiError(f"cache.mode {mode} needs a store to keep answers in")
         provider = CachedProvider(provider, store, mode)
     return provider
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, KoboiError):
-        return str(exc)
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -151,13 +151,7 @@ class RestrictedSandbox(Sandbox):
             ruleset = landlock.Ruleset.create(read_only=read_only, read_write=read_write)
             restrict = landlock.restrict_self
         confinement = Confinement(
-            rlimits=rlimit_pairs(
-                cpu_seconds=limits.cpu_seconds,
-                address_space_mb=limits.address_space_mb,
-                file_size_mb=limits.file_size_mb,
-                processes=limits.processes,
-                open_files=limits.open_files,
-            ),
+            rlimits=rlimit_pairs(**limits.model_dump()),
             pid_namespace=self.caps.pid_namespaces,
             user_namespace=self.caps.pid_namespaces and not self.caps.root,
             landlock_fd=ruleset.fd if ruleset is not None else None,
