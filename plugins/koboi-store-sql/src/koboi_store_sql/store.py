@@ -429,24 +429,15 @@ class SQLStore(Store):
         def put(connection: Connection) -> None:
             # An upsert in the database's own dialect: two processes recording the
             # same answer at once must both succeed.
-            if connection.dialect.name == "postgresql":
-                from sqlalchemy.dialects import postgresql
+            from sqlalchemy.dialects import postgresql, sqlite
 
-                pg = postgresql.insert(response_cache).values(
-                    key=key, entry=encoded, created_at=now
-                )
-                connection.execute(
-                    pg.on_conflict_do_update(
-                        index_elements=[response_cache.c.key],
-                        set_={"entry": encoded, "created_at": now},
-                    )
-                )
-                return
-            from sqlalchemy.dialects import sqlite
-
-            lite = sqlite.insert(response_cache).values(key=key, entry=encoded, created_at=now)
+            # Both dialects spell INSERT ... ON CONFLICT DO UPDATE the same way.
+            dialect: Any = postgresql if connection.dialect.name == "postgresql" else sqlite
+            statement = dialect.insert(response_cache).values(
+                key=key, entry=encoded, created_at=now
+            )
             connection.execute(
-                lite.on_conflict_do_update(
+                statement.on_conflict_do_update(
                     index_elements=[response_cache.c.key],
                     set_={"entry": encoded, "created_at": now},
                 )
