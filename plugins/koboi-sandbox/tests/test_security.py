@@ -201,7 +201,11 @@ async def test_an_inherited_socket_is_not_inherited(
     client.set_inheritable(True)
     try:
         fd = client.fileno()
-        script = f"echo leak >&{fd} && echo wrote"
+        # bash: dash cannot redirect to a descriptor above 9 at all.
+        script = f"bash -c 'echo leak >&{fd}' && echo wrote"
+        # Control: a child that is handed the descriptor can write through it.
+        control = await anyio.run_process(["sh", "-c", script], pass_fds=(fd,), check=False)
+        assert control.stdout.decode() == "wrote\n", control.stderr
         result = await sh(make_sandbox(isolation="hard"), script)
         assert "wrote" not in result.stdout
         assert result.returncode != 0
