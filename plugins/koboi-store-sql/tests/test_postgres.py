@@ -61,3 +61,29 @@ async def test_an_unreachable_server_is_a_clear_error() -> None:
             pass
     assert "s3cret" not in str(caught.value)
     assert "127.0.0.1:1" in str(caught.value)
+
+
+@pytest.mark.anyio
+async def test_the_database_refuses_to_change_or_delete_audit_records(
+    pg_private_schema: tuple[str, str], pg_conninfo: str
+) -> None:
+    from koboi.store import NewEvent
+
+    schema, url = pg_private_schema
+    async with SQLStore(url) as store:
+        await store.create_session("s")
+        await store.append("s", [NewEvent("a")], audit=[{"phase": "before"}])
+    with psycopg.connect(pg_conninfo, autocommit=True) as connection:
+        for statement in (
+            f"UPDATE \"{schema}\".audit SET data = '{{}}'",
+            f'DELETE FROM "{schema}".audit',
+        ):
+            with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
+                connection.execute(statement)
+        # Control: records can still be added, and other tables stay writable.
+        connection.execute(
+            f"INSERT INTO \"{schema}\".audit (session_id, at, data) VALUES ('s', 0, '{{}}')"
+        )
+        connection.execute(f"UPDATE \"{schema}\".sessions SET status = 'failed'")
+        count = connection.execute(f'SELECT count(*) FROM "{schema}".audit').fetchone()
+    assert count == (2,)

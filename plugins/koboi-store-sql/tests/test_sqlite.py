@@ -431,3 +431,26 @@ async def test_a_run_that_fills_the_disk_stops_clearly_and_resumes(db_path: Path
     assert (result.outcome, result.output) == ("completed", "done")
     # The call that was running when the disk filled is in doubt: not run again.
     assert calls == [1, 2, 3]
+
+
+# -- the audit trail ---------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_database_refuses_to_change_or_delete_audit_records(db_path: Path) -> None:
+    async with SQLStore(f"sqlite:///{db_path}") as store:
+        await store.create_session("s")
+        await store.append("s", [NewEvent("a")], audit=[{"phase": "before"}])
+    connection = sqlite3.connect(db_path)
+    try:
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            connection.execute("UPDATE audit SET data = '{}'")
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            connection.execute("DELETE FROM audit")
+        # Control: the same connection may add records, and other tables stay writable.
+        connection.execute("INSERT INTO audit (session_id, at, data) VALUES ('s', 0, '{}')")
+        connection.execute("UPDATE sessions SET status = 'failed'")
+        connection.commit()
+        assert connection.execute("SELECT count(*) FROM audit").fetchone() == (2,)
+    finally:
+        connection.close()

@@ -60,7 +60,15 @@ if TYPE_CHECKING:
     from koboi.plugins import PluginHost
     from koboi.provider import ModelProvider
     from koboi.sandbox import PassthroughSandbox, ProcessResult, Sandbox
-    from koboi.store import InMemoryStore, JournalEvent, Lease, NewEvent, SessionInfo, Store
+    from koboi.store import (
+        AuditEntry,
+        InMemoryStore,
+        JournalEvent,
+        Lease,
+        NewEvent,
+        SessionInfo,
+        Store,
+    )
     from koboi.tools import FunctionTool, Risk, Tool, ToolContext, ToolResult, tool
 
 # Names are imported on first use, so that `import koboi.plugins` (what the CLI
@@ -80,6 +88,7 @@ _LAZY: dict[str, str] = {
     "FunctionTool": "koboi.tools",
     "FencedOut": "koboi.errors",
     "InMemoryStore": "koboi.store",
+    "AuditEntry": "koboi.store",
     "Lease": "koboi.store",
     "LeaseHeld": "koboi.errors",
     "Interceptor": "koboi.interceptors",
@@ -150,6 +159,7 @@ __all__ = [
     "ApprovalDecision",
     "ApprovalRequest",
     "Approver",
+    "AuditEntry",
     "CallbackApprover",
     "ConfigError",
     "ConfigProblem",

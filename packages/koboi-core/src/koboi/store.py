@@ -4,6 +4,18 @@ The journal is the truth of a run (see docs/architecture.md): an append-only,
 ordered log per session. Each event gets the next sequence number of its
 session, starting at 1, with no gaps. The in-memory store here is for tests
 and throwaway runs; durable stores come from plugins.
+
+Beside the journal a store keeps:
+
+- the **audit trail**: append-only records of governed actions, written in the
+  same transaction as the journal events they go with (``append(audit=...)``),
+  read with :meth:`Store.read_audit`; no method changes or deletes them;
+- **keyed records** (``record_*``): small JSON documents by kind and key, with
+  an optional expiry, for state that must outlive a process (trust rules,
+  stored workflows, ...);
+- **counters** (:meth:`Store.counter_add`): atomic, expiring integer counters
+  (rate limits that survive a restart);
+- the provider **response cache**.
 """
 
 from __future__ import annotations
@@ -74,6 +86,20 @@ class Lease:
     expires_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One record of the audit trail, as stored.
+
+    ``id`` increases across the whole store (not per session), so a reader can
+    follow the trail with ``after``.
+    """
+
+    id: int
+    session_id: str
+    at: float
+    data: Mapping[str, Any]
+
+
 def _json_copy(data: Mapping[str, Any]) -> dict[str, Any]:
     copied: dict[str, Any] = json.loads(json.dumps(data, allow_nan=False))
     return copied
@@ -99,6 +125,10 @@ def holder_is_dead(holder: str) -> bool:
     except (PermissionError, OSError):
         return False
     return False
+
+
+def _expired(expires_at: float | None, now: float) -> bool:
+    return expires_at is not None and expires_at <= now
 
 
 def new_session_id() -> str:
@@ -164,12 +194,19 @@ class Store(ABC):
 
     @abstractmethod
     async def append(
-        self, session_id: str, events: Sequence[NewEvent], *, fence: int | None = None
+        self,
+        session_id: str,
+        events: Sequence[NewEvent],
+        *,
+        fence: int | None = None,
+        audit: Sequence[Mapping[str, Any]] = (),
     ) -> list[JournalEvent]:
         """Append events atomically (one transaction), in order; return them with their seq.
 
         With ``fence``, the session's current lease fence must equal it, checked in
         the same transaction; otherwise raise :class:`FencedOut` and write nothing.
+        ``audit`` records (JSON objects) are appended to the audit trail in that same
+        transaction: both are written, or neither.
         """
 
     @abstractmethod
@@ -238,6 +275,50 @@ class Store(ABC):
     ) -> list[JournalEvent]:
         """Events with ``seq > after``, in order, at most ``limit`` of them."""
 
+    # -- the audit trail -------------------------------------------------------
+
+    @abstractmethod
+    async def read_audit(
+        self, session_id: str | None = None, *, after: int = 0, limit: int | None = None
+    ) -> list[AuditEntry]:
+        """Audit records with ``id > after`` in the order written; one session's, or all."""
+
+    # -- keyed records ---------------------------------------------------------
+
+    @abstractmethod
+    async def record_put(
+        self,
+        kind: str,
+        key: str,
+        data: Mapping[str, Any],
+        *,
+        expires_at: float | None = None,
+    ) -> None:
+        """Store ``data`` (JSON) under ``(kind, key)``, replacing what was there."""
+
+    @abstractmethod
+    async def record_get(self, kind: str, key: str) -> dict[str, Any] | None:
+        """The record under ``(kind, key)``, or None (also once it has expired)."""
+
+    @abstractmethod
+    async def record_list(self, kind: str, *, prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
+        """Unexpired records of ``kind`` whose key starts with ``prefix``, sorted by key."""
+
+    @abstractmethod
+    async def record_delete(self, kind: str, key: str) -> bool:
+        """Delete a record; True when there was one (expired or not)."""
+
+    # -- counters --------------------------------------------------------------
+
+    @abstractmethod
+    async def counter_add(self, key: str, amount: int = 1, *, expires_at: float | None) -> int:
+        """Add ``amount`` to a counter atomically and return its new value.
+
+        A counter that does not exist, or whose expiry has passed, starts again
+        from zero and takes ``expires_at``; otherwise its expiry is kept. Two
+        processes adding at once both count.
+        """
+
     # -- the response cache ----------------------------------------------------
 
     @abstractmethod
@@ -264,6 +345,9 @@ class InMemoryStore(Store):
         self._leases: dict[str, Lease] = {}
         self._fences: dict[str, int] = {}
         self._cache: dict[str, dict[str, Any]] = {}
+        self._audit: list[AuditEntry] = []
+        self._records: dict[tuple[str, str], tuple[dict[str, Any], float | None]] = {}
+        self._counters: dict[str, tuple[int, float | None]] = {}
 
     async def create_session(
         self,
@@ -320,7 +404,12 @@ class InMemoryStore(Store):
         return updated
 
     async def append(
-        self, session_id: str, events: Sequence[NewEvent], *, fence: int | None = None
+        self,
+        session_id: str,
+        events: Sequence[NewEvent],
+        *,
+        fence: int | None = None,
+        audit: Sequence[Mapping[str, Any]] = (),
     ) -> list[JournalEvent]:
         log = self._events.get(session_id)
         if log is None:
@@ -336,9 +425,14 @@ class InMemoryStore(Store):
                 JournalEvent(session_id, start + i + 1, e.type, _json_copy(e.data), now)
                 for i, e in enumerate(events)
             ]
+            audited = [
+                AuditEntry(len(self._audit) + i + 1, session_id, now, _json_copy(record))
+                for i, record in enumerate(audit)
+            ]
         except (TypeError, ValueError) as exc:
             raise StoreError(f"journal event data must be JSON: {exc}") from None
         log.extend(stored)
+        self._audit.extend(audited)
         if stored:
             info = self._sessions[session_id]
             self._sessions[session_id] = replace(info, updated_at=now, last_seq=stored[-1].seq)
@@ -400,6 +494,53 @@ class InMemoryStore(Store):
             raise SessionNotFound(f"no session {session_id!r} in this store")
         end = len(log) if limit is None else min(len(log), after + limit)
         return log[max(after, 0) : end]
+
+    async def read_audit(
+        self, session_id: str | None = None, *, after: int = 0, limit: int | None = None
+    ) -> list[AuditEntry]:
+        found = [
+            e
+            for e in self._audit[max(after, 0) :]
+            if session_id is None or e.session_id == session_id
+        ]
+        return found if limit is None else found[: max(limit, 0)]
+
+    async def record_put(
+        self,
+        kind: str,
+        key: str,
+        data: Mapping[str, Any],
+        *,
+        expires_at: float | None = None,
+    ) -> None:
+        try:
+            self._records[kind, key] = (_json_copy(data), expires_at)
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"record data must be JSON: {exc}") from None
+
+    async def record_get(self, kind: str, key: str) -> dict[str, Any] | None:
+        found = self._records.get((kind, key))
+        if found is None or _expired(found[1], time.time()):
+            return None
+        return _json_copy(found[0])
+
+    async def record_list(self, kind: str, *, prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
+        now = time.time()
+        return sorted(
+            (key, _json_copy(data))
+            for (k, key), (data, expires_at) in self._records.items()
+            if k == kind and key.startswith(prefix) and not _expired(expires_at, now)
+        )
+
+    async def record_delete(self, kind: str, key: str) -> bool:
+        return self._records.pop((kind, key), None) is not None
+
+    async def counter_add(self, key: str, amount: int = 1, *, expires_at: float | None) -> int:
+        value, expiry = self._counters.get(key, (0, expires_at))
+        if _expired(expiry, time.time()):
+            value, expiry = 0, expires_at
+        self._counters[key] = (value + amount, expiry)
+        return value + amount
 
     async def cache_get(self, key: str) -> dict[str, Any] | None:
         entry = self._cache.get(key)

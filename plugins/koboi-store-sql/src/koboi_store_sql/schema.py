@@ -7,7 +7,7 @@ an old database is upgraded).
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Float, ForeignKey, MetaData, Table, Text
+from sqlalchemy import BigInteger, Column, Float, ForeignKey, Integer, MetaData, Table, Text
 
 #: alembic's bookkeeping table; named for koboi so a PostgreSQL database shared
 #: with another alembic-managed application does not mix up the two histories.
@@ -56,4 +56,46 @@ response_cache = Table(
     Column("created_at", Float, nullable=False),
 )
 
-TABLES = frozenset({"sessions", "events", "leases", "response_cache", VERSION_TABLE})
+#: SQLite only makes an INTEGER PRIMARY KEY the auto-incrementing rowid.
+AUDIT_ID = BigInteger().with_variant(Integer(), "sqlite")
+
+# Append-only: migration 0003 adds triggers that refuse UPDATE and DELETE.
+audit = Table(
+    "audit",
+    metadata,
+    Column("id", AUDIT_ID, primary_key=True, autoincrement=True),
+    Column("session_id", Text, nullable=False),
+    Column("at", Float, nullable=False),
+    Column("data", Text, nullable=False),
+)
+
+records = Table(
+    "records",
+    metadata,
+    Column("kind", Text, primary_key=True),
+    Column("key", Text, primary_key=True),
+    Column("data", Text, nullable=False),
+    Column("expires_at", Float, nullable=True),
+    Column("updated_at", Float, nullable=False),
+)
+
+counters = Table(
+    "counters",
+    metadata,
+    Column("key", Text, primary_key=True),
+    Column("value", BigInteger, nullable=False),
+    Column("expires_at", Float, nullable=True),
+)
+
+TABLES = frozenset(
+    {
+        "sessions",
+        "events",
+        "leases",
+        "response_cache",
+        "audit",
+        "records",
+        "counters",
+        VERSION_TABLE,
+    }
+)

@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio.to_thread
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import bindparam, case, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from koboi.errors import FencedOut, LeaseHeld, SessionNotFound, StoreError
 from koboi.store import (
+    AuditEntry,
     JournalEvent,
     Lease,
     NewEvent,
@@ -38,8 +39,9 @@ from koboi.store import (
     new_session_id,
 )
 from koboi_store_sql import database as db
+from koboi_store_sql.schema import audit as audit_table
+from koboi_store_sql.schema import counters, leases, records, response_cache, sessions
 from koboi_store_sql.schema import events as events_table
-from koboi_store_sql.schema import leases, response_cache, sessions
 from koboi_store_sql.url import StoreURL, parse_store_url
 
 T = TypeVar("T")
@@ -63,6 +65,7 @@ _LOCK_LAST_SEQ = (
     select(sessions.c.last_seq).where(sessions.c.id == bindparam("sid")).with_for_update()
 )
 _INSERT_EVENTS = insert(events_table)
+_INSERT_AUDIT = insert(audit_table)
 _ADVANCE_SESSION = (
     update(sessions)
     .where(sessions.c.id == bindparam("sid"))
@@ -89,6 +92,20 @@ def _session(row: Any) -> SessionInfo:
         metadata=json.loads(row.metadata),
         last_seq=int(row.last_seq),
     )
+
+
+def _dialect(connection: Connection) -> Any:
+    """The SQLAlchemy dialect module of the connection, for INSERT ... ON CONFLICT.
+
+    PostgreSQL and SQLite spell the upsert the same way.
+    """
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    return postgresql if connection.dialect.name == "postgresql" else sqlite
+
+
+def _unexpired(column: Any) -> Any:
+    return column.is_(None) | (column > bindparam("now"))
 
 
 def _not_found(session_id: str) -> SessionNotFound:
@@ -272,9 +289,15 @@ class SQLStore(Store):
     # -- journal --------------------------------------------------------------------
 
     async def append(
-        self, session_id: str, events: Sequence[NewEvent], *, fence: int | None = None
+        self,
+        session_id: str,
+        events: Sequence[NewEvent],
+        *,
+        fence: int | None = None,
+        audit: Sequence[Mapping[str, Any]] = (),
     ) -> list[JournalEvent]:
         encoded = [(event.type, _encode(event.data)) for event in events]
+        audited = [_encode(record) for record in audit]
 
         def append(connection: Connection) -> list[JournalEvent]:
             # The session row is the per-session lock (FOR UPDATE on PostgreSQL;
@@ -284,9 +307,14 @@ class SQLStore(Store):
                 raise _not_found(session_id)
             if fence is not None:
                 self._check_fence(connection, session_id, fence)
+            now = time.time()
+            if audited:
+                connection.execute(
+                    _INSERT_AUDIT,
+                    [{"session_id": session_id, "at": now, "data": data} for data in audited],
+                )
             if not encoded:
                 return []
-            now = time.time()
             rows = [
                 {"session_id": session_id, "seq": last + i, "type": kind, "data": data, "at": now}
                 for i, (kind, data) in enumerate(encoded, start=1)
@@ -427,14 +455,11 @@ class SQLStore(Store):
         now = time.time()
 
         def put(connection: Connection) -> None:
-            # An upsert in the database's own dialect: two processes recording the
-            # same answer at once must both succeed.
-            from sqlalchemy.dialects import postgresql, sqlite
-
-            # Both dialects spell INSERT ... ON CONFLICT DO UPDATE the same way.
-            dialect: Any = postgresql if connection.dialect.name == "postgresql" else sqlite
-            statement = dialect.insert(response_cache).values(
-                key=key, entry=encoded, created_at=now
+            # An upsert: two processes recording the same answer at once must both succeed.
+            statement = (
+                _dialect(connection)
+                .insert(response_cache)
+                .values(key=key, entry=encoded, created_at=now)
             )
             connection.execute(
                 statement.on_conflict_do_update(
@@ -451,6 +476,106 @@ class SQLStore(Store):
             return [str(row.key) for row in rows]
 
         return await self._read(keys)
+
+    # -- the audit trail ------------------------------------------------------------
+
+    async def read_audit(
+        self, session_id: str | None = None, *, after: int = 0, limit: int | None = None
+    ) -> list[AuditEntry]:
+        query = select(audit_table).where(audit_table.c.id > after).order_by(audit_table.c.id)
+        if session_id is not None:
+            query = query.where(audit_table.c.session_id == session_id)
+        if limit is not None:
+            query = query.limit(max(limit, 0))
+
+        def read(connection: Connection) -> list[AuditEntry]:
+            return [
+                AuditEntry(int(row.id), row.session_id, float(row.at), json.loads(row.data))
+                for row in connection.execute(query)
+            ]
+
+        return await self._read(read)
+
+    # -- keyed records --------------------------------------------------------------
+
+    async def record_put(
+        self,
+        kind: str,
+        key: str,
+        data: Mapping[str, Any],
+        *,
+        expires_at: float | None = None,
+    ) -> None:
+        values = {"data": _encode(data), "expires_at": expires_at, "updated_at": time.time()}
+
+        def put(connection: Connection) -> None:
+            statement = _dialect(connection).insert(records).values(kind=kind, key=key, **values)
+            connection.execute(
+                statement.on_conflict_do_update(
+                    index_elements=[records.c.kind, records.c.key], set_=values
+                )
+            )
+
+        await self._write(put)
+
+    async def record_get(self, kind: str, key: str) -> dict[str, Any] | None:
+        query = select(records.c.data).where(
+            records.c.kind == kind, records.c.key == key, _unexpired(records.c.expires_at)
+        )
+
+        def get(connection: Connection) -> dict[str, Any] | None:
+            row = connection.execute(query, {"now": time.time()}).first()
+            return None if row is None else dict(json.loads(row.data))
+
+        return await self._read(get)
+
+    async def record_list(self, kind: str, *, prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
+        query = (
+            select(records.c.key, records.c.data)
+            .where(records.c.kind == kind, _unexpired(records.c.expires_at))
+            .order_by(records.c.key)
+        )
+        if prefix:
+            query = query.where(records.c.key.like(_like_prefix(prefix), escape="\\"))
+
+        def list_(connection: Connection) -> list[tuple[str, dict[str, Any]]]:
+            rows = connection.execute(query, {"now": time.time()})
+            return [(str(row.key), dict(json.loads(row.data))) for row in rows]
+
+        return await self._read(list_)
+
+    async def record_delete(self, kind: str, key: str) -> bool:
+        def delete_(connection: Connection) -> bool:
+            result = connection.execute(
+                records.delete().where(records.c.kind == kind, records.c.key == key)
+            )
+            return bool(result.rowcount)
+
+        return await self._write(delete_)
+
+    # -- counters -------------------------------------------------------------------
+
+    async def counter_add(self, key: str, amount: int = 1, *, expires_at: float | None) -> int:
+        def add(connection: Connection) -> int:
+            now = time.time()
+            # One statement, so two processes adding at once both count: an expired
+            # counter starts again from `amount` with the new expiry.
+            stale = counters.c.expires_at.is_not(None) & (counters.c.expires_at <= now)
+            statement = (
+                _dialect(connection)
+                .insert(counters)
+                .values(key=key, value=amount, expires_at=expires_at)
+            )
+            statement = statement.on_conflict_do_update(
+                index_elements=[counters.c.key],
+                set_={
+                    "value": case((stale, amount), else_=counters.c.value + amount),
+                    "expires_at": case((stale, expires_at), else_=counters.c.expires_at),
+                },
+            ).returning(counters.c.value)
+            return int(connection.execute(statement).scalar_one())
+
+        return await self._write(add)
 
     # -- administration -------------------------------------------------------------
 

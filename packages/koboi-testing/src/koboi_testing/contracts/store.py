@@ -677,3 +677,128 @@ class StoreContract:
     async def test_cache_keys_are_sorted(self, store: Store) -> None:
         keys = await store.cache_keys()
         assert keys == sorted(keys)
+
+    # -- the audit trail -------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_audit_records_are_written_with_the_events(self, store: Store) -> None:
+        sid = (await store.create_session(_unique("audit"))).id
+        other = (await store.create_session(_unique("audit"))).id
+        await store.append(sid, [NewEvent("a")], audit=[{"phase": "before", "n": 1}])
+        await store.append(other, [NewEvent("b")], audit=[{"phase": "before", "n": 9}])
+        await store.append(sid, [], audit=[{"phase": "decision", "n": 2}, {"phase": "after"}])
+
+        mine = await store.read_audit(sid)
+        assert [dict(e.data) for e in mine] == [
+            {"phase": "before", "n": 1},
+            {"phase": "decision", "n": 2},
+            {"phase": "after"},
+        ]
+        assert all(e.session_id == sid for e in mine)
+        assert [e.id for e in mine] == sorted(e.id for e in mine)
+        assert len({e.id for e in mine}) == 3
+        # Following the trail: only what came after the given id.
+        assert [dict(e.data) for e in await store.read_audit(sid, after=mine[0].id)] == [
+            {"phase": "decision", "n": 2},
+            {"phase": "after"},
+        ]
+        assert len(await store.read_audit(sid, limit=1)) == 1
+        everyone = await store.read_audit(after=mine[0].id - 1)
+        assert {e.session_id for e in everyone} >= {sid, other}
+
+    @pytest.mark.anyio
+    async def test_a_fenced_out_append_writes_no_audit_record(self, store: Store) -> None:
+        sid = (await store.create_session(_unique("audit-fence"))).id
+        zombie = await store.acquire_lease(sid, "zombie", _TTL)
+        await anyio.sleep(_TTL + 0.1)
+        await store.acquire_lease(sid, "heir", 30)
+        with pytest.raises(FencedOut):
+            await store.append(sid, [NewEvent("late")], fence=zombie.fence, audit=[{"x": 1}])
+        assert await store.read_audit(sid) == []
+        # Control: without the stale fence the same append writes both.
+        await store.append(sid, [NewEvent("ok")], audit=[{"x": 1}])
+        assert [dict(e.data) for e in await store.read_audit(sid)] == [{"x": 1}]
+
+    @pytest.mark.anyio
+    async def test_audit_to_a_missing_session_writes_nothing(self, store: Store) -> None:
+        ghost = _unique("ghost")
+        with pytest.raises(SessionNotFound):
+            await store.append(ghost, [NewEvent("a")], audit=[{"x": 1}])
+        assert await store.read_audit(ghost) == []
+
+    # -- keyed records ---------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_record_round_trip_replace_and_delete(self, store: Store) -> None:
+        kind, key = _unique("kind"), "k1"
+        assert await store.record_get(kind, key) is None
+        await store.record_put(kind, key, {"a": [1, "ü"], "b": None})
+        assert await store.record_get(kind, key) == {"a": [1, "ü"], "b": None}
+        await store.record_put(kind, key, {"a": 2})
+        assert await store.record_get(kind, key) == {"a": 2}
+        assert await store.record_get(_unique("kind"), key) is None  # kinds are separate
+        assert await store.record_delete(kind, key) is True
+        assert await store.record_delete(kind, key) is False
+        assert await store.record_get(kind, key) is None
+
+    @pytest.mark.anyio
+    async def test_records_expire(self, store: Store) -> None:
+        kind = _unique("expiring")
+        await store.record_put(kind, "short", {"v": 1}, expires_at=time.time() + _TTL)
+        await store.record_put(kind, "long", {"v": 2}, expires_at=time.time() + 60)
+        await store.record_put(kind, "never", {"v": 3})
+        assert [k for k, _ in await store.record_list(kind)] == ["long", "never", "short"]
+        await anyio.sleep(_TTL + 0.1)
+        assert await store.record_get(kind, "short") is None
+        assert await store.record_list(kind) == [("long", {"v": 2}), ("never", {"v": 3})]
+        # An expired record can still be deleted (it is there until someone does).
+        assert await store.record_delete(kind, "short") is True
+
+    @pytest.mark.anyio
+    async def test_record_list_by_prefix_takes_wildcards_literally(self, store: Store) -> None:
+        kind = _unique("listing")
+        for key in ("a/1", "a/2", "a_x", "a%y", "b/1"):
+            await store.record_put(kind, key, {"key": key})
+        assert [k for k, _ in await store.record_list(kind, prefix="a/")] == ["a/1", "a/2"]
+        assert [k for k, _ in await store.record_list(kind, prefix="a_")] == ["a_x"]
+        assert [k for k, _ in await store.record_list(kind, prefix="a%")] == ["a%y"]
+        assert len(await store.record_list(kind)) == 5
+
+    @pytest.mark.anyio
+    async def test_record_data_is_a_copy(self, store: Store) -> None:
+        kind = _unique("copy")
+        data: dict[str, Any] = {"items": [1]}
+        await store.record_put(kind, "k", data)
+        data["items"].append(2)
+        got = await store.record_get(kind, "k")
+        assert got == {"items": [1]}
+        assert got is not None
+        got["items"].append(3)
+        assert await store.record_get(kind, "k") == {"items": [1]}
+
+    # -- counters ----------------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_counter_adds_and_restarts_after_expiry(self, store: Store) -> None:
+        key = _unique("counter")
+        window = time.time() + _TTL
+        assert await store.counter_add(key, expires_at=window) == 1
+        assert await store.counter_add(key, 2, expires_at=time.time() + 60) == 3
+        await anyio.sleep(_TTL + 0.1)
+        # The first expiry was kept, so the counter starts again.
+        assert await store.counter_add(key, expires_at=time.time() + 60) == 1
+        forever = _unique("counter")
+        assert await store.counter_add(forever, 5, expires_at=None) == 5
+        assert await store.counter_add(forever, -2, expires_at=None) == 3
+
+    @pytest.mark.anyio
+    async def test_concurrent_counter_adds_all_count(self, store: Store) -> None:
+        key = _unique("race")
+
+        async def add() -> None:
+            await store.counter_add(key, expires_at=time.time() + 60)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(20):
+                tg.start_soon(add)
+        assert await store.counter_add(key, 0, expires_at=None) == 20
