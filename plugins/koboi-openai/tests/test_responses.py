@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from koboi.errors import ProviderError
 from koboi.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
+from koboi.messages import decode_tool_arguments as decode_arguments
 from koboi_openai.provider import OpenAIProvider
-from koboi_openai.wire import arguments_to_wire, decode_arguments, finish_from_wire
+from koboi_openai.wire import arguments_to_wire, finish_from_wire
 from koboi_testing.wire import Reply, WireServer
 
 Maker = Callable[..., OpenAIProvider]
@@ -254,6 +255,15 @@ def test_decoding_never_fails_and_keeps_what_it_cannot_use(text: str) -> None:
         assert arguments == (json.loads(text) if text.strip() else {})
     else:
         assert (arguments, raw) == ({}, text)
+
+
+def test_a_repeated_key_is_kept_raw_so_the_loop_refuses_it() -> None:
+    text = '{"path": "notes.txt", "path": "/etc/passwd"}'
+    assert decode_arguments(text) == ({}, text)
+    nested = '{"options": {"mode": "r", "mode": "w"}}'
+    assert decode_arguments(nested) == ({}, nested)
+    # Control: the same keys once each decode normally.
+    assert decode_arguments('{"path": "notes.txt"}') == ({"path": "notes.txt"}, None)
 
 
 @given(st.one_of(st.none(), st.text(), st.integers()), st.booleans())

@@ -7,12 +7,108 @@ these.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 Role = Literal["system", "user", "assistant", "tool"]
+
+
+class DuplicateKeyObject(dict[str, Any]):
+    """A JSON object that named a key more than once (what :func:`loads_json` makes of it).
+
+    ``json.loads`` silently keeps the last value of a repeated key, so an
+    argument could be checked by one reader and used by another with a
+    different value. Providers decode with :func:`loads_json`; the loop
+    refuses tool arguments that contain one of these.
+    """
+
+    duplicate_key: str = ""
+
+
+def _object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    duplicate = None
+    for key, value in pairs:
+        if key in result and duplicate is None:
+            duplicate = key
+        result[key] = value
+    if duplicate is None:
+        return result
+    marked = DuplicateKeyObject(result)
+    marked.duplicate_key = duplicate
+    return marked
+
+
+def loads_json(text: str | bytes) -> Any:
+    """``json.loads``, except that an object repeating a key becomes a DuplicateKeyObject."""
+    return json.loads(text, object_pairs_hook=_object_pairs)
+
+
+def duplicate_key(value: Any) -> str | None:
+    """The first repeated key anywhere in ``value`` (decoded by :func:`loads_json`), or None."""
+    if isinstance(value, DuplicateKeyObject):
+        return value.duplicate_key
+    if isinstance(value, Mapping):
+        items: Any = value.values()
+    elif isinstance(value, list | tuple):
+        items = value
+    else:
+        return None
+    for item in items:
+        found = duplicate_key(item)
+        if found is not None:
+            return found
+    return None
+
+
+def decode_tool_arguments(value: Any) -> tuple[dict[str, Any], str | None]:
+    """``(arguments, raw_arguments)`` of a tool call, from argument text or a decoded object.
+
+    Empty text or None is a call without arguments. Text that is not a JSON
+    object, or an object that repeats a key at any depth, is kept as raw text
+    (``arguments`` empty) so the loop refuses the call and tells the model why
+    (see :func:`argument_problem`).
+    """
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return {}, None
+    if isinstance(value, str):
+        try:
+            decoded = loads_json(value)
+        except ValueError:
+            return {}, value
+    else:
+        decoded = value
+    if not isinstance(decoded, Mapping):
+        return {}, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    if duplicate_key(decoded) is not None:
+        if isinstance(value, str):
+            return {}, value
+        return {}, _dump_pairs(decoded)
+    return dict(decoded), None
+
+
+def _dump_pairs(value: Any) -> str:
+    """JSON text of a decoded value, with a repeated key written out (marked)."""
+    text = json.dumps(value, ensure_ascii=False)
+    key = duplicate_key(value)
+    return f"{text} (the key {key!r} appeared more than once)"
+
+
+def argument_problem(raw: str) -> str:
+    """Why ``raw`` argument text was not accepted: what the model should fix."""
+    try:
+        decoded = loads_json(raw)
+    except json.JSONDecodeError as exc:
+        return f"not valid JSON ({exc.msg} at position {exc.pos}): {raw[:200]!r}"
+    except ValueError:
+        return f"not valid JSON: {raw[:200]!r}"
+    key = duplicate_key(decoded)
+    if key is not None:
+        return f"the key {key!r} appears more than once; send each argument once"
+    return f"not a JSON object: {raw[:200]!r}"
 
 
 class _Frozen(BaseModel):

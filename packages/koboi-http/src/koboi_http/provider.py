@@ -28,7 +28,14 @@ import anyio
 import httpx
 
 from koboi.errors import ProviderError
-from koboi.messages import ModelRequest, ModelResponse, ModelStreamEvent, ResponseDone, TextDelta
+from koboi.messages import (
+    ModelRequest,
+    ModelResponse,
+    ModelStreamEvent,
+    ResponseDone,
+    TextDelta,
+    loads_json,
+)
 from koboi.provider import ModelProvider, report
 from koboi_http.options import HTTPProviderOptions
 from koboi_http.retry import RetryPolicy, is_retryable_status, retry_after_seconds
@@ -263,7 +270,7 @@ class HTTPProvider(ModelProvider, Generic[O]):
 
     def _decode_json(self, raw: bytes) -> Any:
         try:
-            return json.loads(raw)
+            return loads_json(raw)
         except ValueError:
             snippet = self.redact(raw[:120].decode("utf-8", "replace"))
             raise ProviderError(
@@ -273,7 +280,7 @@ class HTTPProvider(ModelProvider, Generic[O]):
     def decode_event_json(self, event: SSEEvent) -> Any:
         """The JSON in an SSE event's data, or a ``ProviderError`` saying it is malformed."""
         try:
-            return json.loads(event.data)
+            return loads_json(event.data)
         except ValueError:
             snippet = self.redact(event.data[:120])
             raise ProviderError(

@@ -36,6 +36,7 @@ from koboi.messages import (
     ToolCall,
     ToolSpec,
     Usage,
+    decode_tool_arguments,
 )
 
 #: Key of this provider's data in ``Message.provider_data``.
@@ -333,17 +334,9 @@ def _tool_call(block: Mapping[str, Any], index: int) -> ToolCall:
         call_id = f"toolu_koboi_{index}"
     name = block.get("name")
     name = name if isinstance(name, str) else ""
-    arguments: Any = block.get("input")
-    if isinstance(arguments, str):
-        # A streamed input, still as text.
-        raw = arguments
-        try:
-            arguments = json.loads(raw) if raw.strip() else {}
-        except ValueError:
-            return ToolCall(id=call_id, name=name, raw_arguments=raw)
-    if isinstance(arguments, dict):
-        return ToolCall(id=call_id, name=name, arguments=arguments)
-    return ToolCall(id=call_id, name=name, raw_arguments=json.dumps(arguments))
+    # Text when streamed; an object decoded by the provider (which marks repeated keys).
+    arguments, raw = decode_tool_arguments(block.get("input"))
+    return ToolCall(id=call_id, name=name, arguments=arguments, raw_arguments=raw)
 
 
 def error_text(body: Any) -> str | None:

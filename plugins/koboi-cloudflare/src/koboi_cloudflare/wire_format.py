@@ -27,7 +27,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from koboi.errors import ProviderError
-from koboi.messages import FinishReason, Message, ModelRequest, ToolCall, ToolSpec, Usage
+from koboi.messages import (
+    FinishReason,
+    Message,
+    ModelRequest,
+    ToolCall,
+    ToolSpec,
+    Usage,
+    decode_tool_arguments,
+)
 
 # Workers AI validates ``tool_call_id`` against this (unanchored) pattern;
 # Mistral models need exactly nine alphanumerics.
@@ -259,19 +267,7 @@ def pending_call(item: Any) -> PendingCall | None:
 
 def decode_arguments(value: Any) -> tuple[dict[str, Any], str | None]:
     """``(arguments, raw_arguments)``: an object or JSON text of one; else the text kept raw."""
-    if value is None or value == "":
-        return {}, None
-    if isinstance(value, Mapping):
-        return dict(value), None
-    if isinstance(value, str):
-        try:
-            decoded = json.loads(value)
-        except ValueError:
-            return {}, value
-        if isinstance(decoded, dict):
-            return decoded, None
-        return {}, value
-    return {}, json.dumps(value, ensure_ascii=False)
+    return decode_tool_arguments(value)
 
 
 def finish_calls(reply: Reply) -> list[ToolCall]:

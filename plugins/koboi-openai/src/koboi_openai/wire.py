@@ -11,7 +11,14 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from koboi.messages import FinishReason, Message, ToolCall, ToolSpec, Usage
+from koboi.messages import (
+    FinishReason,
+    Message,
+    ToolCall,
+    ToolSpec,
+    Usage,
+    decode_tool_arguments,
+)
 
 #: Prefix of a failed tool result: the API has no error flag, so the model reads it.
 ERROR_PREFIX = "Error: "
@@ -105,24 +112,6 @@ def tools_to_wire(tools: Sequence[ToolSpec]) -> list[Any]:
 # -- responses -------------------------------------------------------------------
 
 
-def decode_arguments(text: str) -> tuple[dict[str, Any], str | None]:
-    """``(arguments, raw_arguments)`` for a call's argument text.
-
-    Empty text is a call without arguments (some servers send ``""`` for a
-    tool that takes none); anything else that is not a JSON object is kept
-    as raw text, so the loop can tell the model what was wrong.
-    """
-    if not text.strip():
-        return {}, None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {}, text
-    if not isinstance(value, dict):
-        return {}, text
-    return value, None
-
-
 def new_call_id() -> str:
     """An id for a call the server sent without one (some compatible servers do)."""
     return f"call_{uuid.uuid4().hex[:24]}"
@@ -130,15 +119,8 @@ def new_call_id() -> str:
 
 def make_tool_call(call_id: Any, name: Any, arguments: Any) -> ToolCall:
     """A :class:`ToolCall` from the wire's id, name and arguments (string or object)."""
-    if isinstance(arguments, Mapping):
-        # Non-standard, but some servers send the object itself.
-        decoded, raw = dict(arguments), None
-    elif isinstance(arguments, str):
-        decoded, raw = decode_arguments(arguments)
-    elif arguments is None:
-        decoded, raw = {}, None
-    else:
-        decoded, raw = {}, json.dumps(arguments)
+    # Text, as the API sends it; some servers send the object itself.
+    decoded, raw = decode_tool_arguments(arguments)
     return ToolCall(
         id=call_id if isinstance(call_id, str) and call_id else new_call_id(),
         name=name if isinstance(name, str) else "",
