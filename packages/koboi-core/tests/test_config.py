@@ -34,7 +34,7 @@ def problems(tmp_path: Path, host: PluginHost, text: str) -> list[str]:
 
 def test_minimal_config_gets_defaults(tmp_path: Path, host: PluginHost) -> None:
     config = load_config(write(tmp_path, MINIMAL), host.catalog(), env={})
-    assert config.agent.mode == "chat"
+    assert config.agent.mode == "act"
     assert config.agent.max_iterations == 20
     assert config.llm.provider == "scripted"
     assert config.store.url is None  # resolved later: KOBOI_STORE, a default store, memory://

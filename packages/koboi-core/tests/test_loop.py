@@ -107,6 +107,7 @@ async def test_final_answer_after_a_tool_call_and_journal_order() -> None:
             "name": "add",
             "arguments": {"a": 2, "b": 3},
             "idempotent": False,
+            "decision": [],
         }
         assert events[4][1]["content"] == "5" and events[4][1]["is_error"] is False
         assert events[-1][1]["outcome"] == "completed"
@@ -157,7 +158,7 @@ async def test_unknown_tool_is_refused_with_the_list_of_tools() -> None:
     async with agent([{"name": "ADD", "arguments": {}}, "ok"]) as a:
         result = await a.run("x")
         content = result.messages[2].content
-        assert content == "unknown tool 'ADD'; available tools: add"
+        assert content == "unknown tool 'ADD' (names must match exactly); tools: add"
         refused = [d for t, d in await journal(a, result.session_id) if t == "tool_call_refused"]
         assert refused[0]["stage"] == "lookup"
 
@@ -367,10 +368,12 @@ class WaitingStore(InMemoryStore):
         super().__init__()
         self.calls = 0
 
-    async def append(self, session_id: str, events: Any, *, fence: int | None = None) -> Any:
+    async def append(
+        self, session_id: str, events: Any, *, fence: int | None = None, audit: Any = ()
+    ) -> Any:
         self.calls += 1
         await anyio.sleep(0.02 if self.calls % 2 else 0.001)
-        return await super().append(session_id, events, fence=fence)
+        return await super().append(session_id, events, fence=fence, audit=audit)
 
 
 async def test_parallel_tool_calls_against_a_store_that_waits() -> None:

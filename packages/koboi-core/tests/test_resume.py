@@ -42,7 +42,12 @@ class CrashingStore(InMemoryStore):
         self.dead = False
 
     async def append(
-        self, session_id: str, events: Sequence[NewEvent], *, fence: int | None = None
+        self,
+        session_id: str,
+        events: Sequence[NewEvent],
+        *,
+        fence: int | None = None,
+        audit: Sequence[Any] = (),
     ) -> list[JournalEvent]:
         if self.dead:
             raise Crash
@@ -50,7 +55,7 @@ class CrashingStore(InMemoryStore):
         if self.crash_at is not None and self.appends == self.crash_at:
             self.dead = True
             raise Crash
-        return await super().append(session_id, events, fence=fence)
+        return await super().append(session_id, events, fence=fence, audit=audit)
 
     async def set_status(self, session_id: str, status: Any, *, fence: int | None = None) -> Any:
         if self.dead:

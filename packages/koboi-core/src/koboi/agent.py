@@ -151,6 +151,7 @@ class KoboiAgent:
                 [*self.host.interceptors(config), *self._extra_interceptors],
                 key=lambda i: i.priority,
             )
+            _refuse_unenforced_mode(config, interceptors)
         except BaseException:
             await stack.aclose()
             raise
@@ -367,6 +368,18 @@ def _refuse_unisolated_destruction(tools: Mapping[str, Tool], sandbox: Sandbox) 
     if destructive and not sandbox.isolated:
         reason = c3_refusal(", ".join(destructive), sandbox.name)
         raise KoboiError(f"refused before starting: {reason}; or remove the destructive tools")
+
+
+def _refuse_unenforced_mode(config: AgentConfig, interceptors: Sequence[Interceptor]) -> None:
+    """chat and plan forbid tools the kernel's own approvals would merely ask about:
+    opening such an agent with nothing enforcing modes would quietly weaken it."""
+    mode = config.agent.mode
+    if mode in ("chat", "plan") and not any("mode" in i.enforces for i in interceptors):
+        raise KoboiError(
+            f"agent.mode is '{mode}', but no installed plugin enforces modes (install "
+            "koboi-governance, or check that it is not disabled); with agent.mode: act the "
+            "kernel's approvals alone apply"
+        )
 
 
 def _shielded(close: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:

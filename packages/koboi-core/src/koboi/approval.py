@@ -40,6 +40,10 @@ class ApprovalRequest:
     risk: Risk
     reason: str
     arguments_hash: str = field(default="")
+    #: Stable across a crash: a resumed run waits on the same approval.
+    approval_id: str = ""
+    #: When the request lapses (epoch seconds); no decision by then is a "no".
+    expires_at: float | None = None
 
     def __post_init__(self) -> None:
         if not self.arguments_hash:
@@ -54,6 +58,23 @@ class ApprovalDecision:
     reason: str = ""
     scope: Scope = "once"
     decided_by: str = ""
+    #: What the decision was given for. When set, each must match the request, or the
+    #: loop refuses the call: a yes for one session, call or set of arguments is never
+    #: used for another.
+    approval_id: str = ""
+    session_id: str = ""
+    arguments_hash: str = ""
+
+    def mismatch(self, request: ApprovalRequest) -> str | None:
+        """Why this decision does not belong to ``request``, or None when it does."""
+        for name, given, wanted in (
+            ("session", self.session_id, request.session_id),
+            ("approval", self.approval_id, request.approval_id),
+            ("arguments", self.arguments_hash, request.arguments_hash),
+        ):
+            if given and given != wanted:
+                return f"the decision was given for another {name} ({given[:16]}…)"
+        return None
 
 
 class Approver(ABC):

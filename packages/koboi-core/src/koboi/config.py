@@ -47,8 +47,11 @@ class AgentSection(_Section):
         default="", description="System prompt sent before the conversation."
     )
     mode: Mode = Field(
-        default="chat",
-        description="Autonomy mode: chat, plan, act, auto or yolo (see docs/governance.md).",
+        default="act",
+        description="Autonomy mode (see docs/governance.md): chat (read-only tools), plan "
+        "(read-only and planning tools), act (every tool; moderate and destructive ones need "
+        "approval), auto (moderate ones run without asking inside an isolating sandbox), yolo "
+        "(no approval prompts; the sandbox and hard denies still apply).",
     )
     max_iterations: int = Field(
         default=20,
@@ -63,6 +66,12 @@ class AgentSection(_Section):
     approval_risk: Risk = Field(
         default=Risk.MODERATE,
         description="Tools at or above this risk need an approver's yes before they run.",
+    )
+    approval_timeout_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="How long a tool call waits for an approver; no decision by then is a "
+        "'no'. The deadline is journaled, so it also holds across a crash and resume.",
     )
     stream: bool = Field(
         default=True, description="Ask the provider to stream text as it is produced."
@@ -176,6 +185,12 @@ class ToolsSection(_Section):
     )
     timeout_seconds: float | None = Field(
         default=300.0, gt=0, description="Wall-clock limit of one tool call; None for no limit."
+    )
+    max_argument_bytes: int = Field(
+        default=256 * 1024,
+        gt=0,
+        description="Largest arguments of one tool call (UTF-8 bytes of their canonical JSON); "
+        "larger ones are refused before any other check.",
     )
 
 

@@ -17,9 +17,12 @@ Event types and their data (all JSON):
 ``budget_exceeded``        ``step``, ``budget`` (max_total_tokens / max_cost_usd), ``limit``,
                            ``used``
 ``tool_call_refused``      ``step``, ``call_id``, ``name``, ``stage``, ``reason``
-``approval_requested``     ``step``, ``call_id``, ``name``, ``risk``, ``arguments_hash``, ``reason``
-``approval_decided``       ``step``, ``call_id``, ``approved``, ``reason``, ``decided_by``
-``tool_call_started``      ``step``, ``call_id``, ``name``, ``arguments``, ``idempotent``
+``approval_requested``     ``step``, ``call_id``, ``name``, ``risk``, ``arguments_hash``, ``reason``,
+                           ``approval_id``, ``expires_at``
+``approval_decided``       ``step``, ``call_id``, ``approval_id``, ``approved``, ``reason``,
+                           ``decided_by``, ``scope``
+``tool_call_started``      ``step``, ``call_id``, ``name``, ``arguments``, ``idempotent``,
+                           ``decision`` (each stage that spoke: stage, action, reason)
 ``tool_call_finished``     ``step``, ``call_id``, ``name``, ``content``, ``is_error``
 ``tool_call_interrupted``  ``step``, ``call_id``, ``name``, ``policy`` (resume found it in doubt)
 ``run_resumed``            ``after_seq``, ``step``, ``holder``
@@ -83,6 +86,8 @@ class PendingCall:
     idempotent: bool = False
     #: (content, is_error) when the journal already has the call's outcome.
     outcome: tuple[str, bool] | None = None
+    #: The ``approval_requested`` data of an approval still waiting for its decision.
+    approval: Mapping[str, Any] | None = None
 
 
 @dataclass
@@ -165,6 +170,14 @@ def fold_state(events: Iterable[Any]) -> SessionState:
             state.cost_usd += response.cost_usd or 0.0
             for call in response.message.tool_calls:
                 pending[call.id] = PendingCall(call, state.step)
+        elif kind == APPROVAL_REQUESTED:
+            entry = pending.get(str(data.get("call_id")))
+            if entry is not None:
+                entry.approval = data
+        elif kind == APPROVAL_DECIDED:
+            entry = pending.get(str(data.get("call_id")))
+            if entry is not None:
+                entry.approval = None
         elif kind == TOOL_CALL_STARTED:
             entry = pending.get(str(data.get("call_id")))
             if entry is not None:

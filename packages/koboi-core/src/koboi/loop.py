@@ -12,7 +12,9 @@ the last thing yielded.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
@@ -20,7 +22,13 @@ from typing import TYPE_CHECKING, Any, overload
 import anyio
 
 from koboi import journal as J
-from koboi.approval import ApprovalRequest, Approver, arguments_hash
+from koboi.approval import (
+    ApprovalDecision,
+    ApprovalRequest,
+    Approver,
+    arguments_hash,
+    canonical_arguments,
+)
 from koboi.errors import FencedOut, KoboiError, ToolArgumentError, ToolError, describe_error
 from koboi.events import (
     AgentEvent,
@@ -32,7 +40,15 @@ from koboi.events import (
     ToolCallEvent,
     ToolResultEvent,
 )
-from koboi.interceptors import Interceptor, PendingToolCall, RunInfo, Verdict, overrides
+from koboi.interceptors import (
+    Interceptor,
+    PendingToolCall,
+    Redaction,
+    RunInfo,
+    StreamRedaction,
+    Verdict,
+    overrides,
+)
 from koboi.messages import (
     Message,
     ModelRequest,
@@ -41,6 +57,7 @@ from koboi.messages import (
     TextDelta,
     ToolCall,
     Usage,
+    argument_problem,
 )
 from koboi.provider import ProviderReport, collect_reports
 from koboi.store import Lease, NewEvent, SessionStatus, Store
@@ -61,6 +78,47 @@ _SESSION_STATUS: dict[Outcome, SessionStatus] = {
     "failed": "failed",
     "cancelled": "interrupted",
 }
+
+
+class _Masks:
+    """Every redaction the interceptors provide, applied in order; free when there is none."""
+
+    __slots__ = ("active", "redactions")
+
+    def __init__(self, redactions: Sequence[Redaction]) -> None:
+        self.redactions = [r for r in redactions if r.active]
+        self.active = bool(self.redactions)
+
+    def text(self, text: str) -> str:
+        for redaction in self.redactions:
+            text = redaction.redact(text)
+        return text
+
+    def data(self, data: Any) -> Any:
+        for redaction in self.redactions:
+            data = redaction.redact_data(data)
+        return data
+
+    def stream(self) -> _StreamMasks | None:
+        return _StreamMasks([r.stream() for r in self.redactions]) if self.active else None
+
+
+class _StreamMasks:
+    __slots__ = ("streams",)
+
+    def __init__(self, streams: list[StreamRedaction]) -> None:
+        self.streams = streams
+
+    def feed(self, text: str) -> str:
+        for stream in self.streams:
+            text = stream.feed(text)
+        return text
+
+    def flush(self) -> str:
+        text = ""
+        for stream in self.streams:
+            text = stream.feed(text) + stream.flush() if text else stream.flush()
+        return text
 
 
 @dataclass
@@ -162,7 +220,14 @@ class AgentRun:
         self.usage = state.usage
         self.cost_usd = state.cost_usd
         self.step = state.step
-        self.info = RunInfo(session_id=session_id, step=state.step, config=parts.config)
+        self.info = RunInfo(
+            session_id=session_id,
+            step=state.step,
+            config=parts.config,
+            interactive=not parts.autonomous,
+            store=parts.store,
+            sandbox_isolated=parts.sandbox.isolated,
+        )
         self.lease = lease
         icp = parts.interceptors
         self._before_model = [i for i in icp if overrides(i, "before_model_call")]
@@ -171,6 +236,13 @@ class AgentRun:
         self._admit_tool = [i for i in icp if overrides(i, "admit_tool_call")]
         self._after_tool = [i for i in icp if overrides(i, "after_tool_call")]
         self._observers = [i for i in icp if overrides(i, "on_event")]
+        self._after_approval = [i for i in icp if overrides(i, "after_approval")]
+        self._masks = _Masks([r for i in icp if (r := i.redaction()) is not None])
+        #: Approvals that were waiting for a decision when the run was interrupted.
+        self._waiting_approvals = {
+            p.call.id: p.approval for p in state.pending if p.approval is not None
+        }
+        self._max_argument_bytes = parts.config.tools.max_argument_bytes
         self._specs = tuple(t.spec() for t in parts.tools.values())
         self._approval_rank = _RISK_RANK[Risk(parts.config.agent.approval_risk)]
         self._tool_timeout = parts.config.tools.timeout_seconds
@@ -204,6 +276,8 @@ class AgentRun:
         With ``commit=False`` the event waits for the next commit (the one that
         announces the next piece of work), so ends and starts share a transaction.
         """
+        if self._masks.active:
+            data = self._masks.data(data)
         self._buffer.append(NewEvent(type_, data))
         seq = self._next_seq
         self._next_seq += 1
@@ -218,13 +292,18 @@ class AgentRun:
         reach the store in the order their sequence numbers were handed out.
         """
         async with self._flush_lock:
-            if not self._buffer:
+            if not self._buffer and not self.info.pending_audit:
                 return
             batch, self._buffer = self._buffer, []
+            audit, self.info.pending_audit = self.info.pending_audit, []
+            if audit and self._masks.active:
+                audit = [self._masks.data(record) for record in audit]
             first = self._next_seq - len(batch) - len(self._buffer)
             fence = self.lease.fence if self.lease is not None else None
             try:
-                stored = await self.parts.store.append(self.session_id, batch, fence=fence)
+                stored = await self.parts.store.append(
+                    self.session_id, batch, fence=fence, audit=audit
+                )
             except FencedOut:
                 self._fenced_out = True
                 raise
@@ -335,7 +414,7 @@ class AgentRun:
             if not ended:
                 for result_message, result_event in results:
                     self._append(result_message)
-                    yield result_event
+                    yield self._mask_result(result_event)
                 async for event in self._loop(state.step + 1, ""):
                     yield event
         if guard.final is not None:
@@ -429,21 +508,28 @@ class AgentRun:
             await self.record(J.MODEL_CALL_STARTED, {"step": step})
             response: ModelResponse | None = None
             streamed: list[str] = []
+            # Streamed text is shown through the redaction, which holds back what may be
+            # the start of a secret until the next piece tells.
+            mask = self._masks.stream()
             with collect_reports() as reports:
                 try:
                     if config.agent.stream:
                         async for item in self.parts.provider.stream(request):
                             if isinstance(item, TextDelta):
                                 streamed.append(item.text)
-                                yield TextDeltaEvent(item.text, step)
+                                shown = mask.feed(item.text) if mask else item.text
+                                if shown:
+                                    yield TextDeltaEvent(shown, step)
                             elif isinstance(item, ResponseDone):
                                 response = item.response
+                        if mask is not None and (rest := mask.flush()):
+                            yield TextDeltaEvent(rest, step)
                         if response is None:
                             raise KoboiError("the provider's stream ended without a response")
                     else:
                         response = await self.parts.provider.complete(request)
                         if response.message.content:
-                            yield TextDeltaEvent(response.message.content, step)
+                            yield TextDeltaEvent(self._mask(response.message.content), step)
                 except Exception as exc:
                     error = describe_error(exc)
                     await self._record_reports(step, reports)
@@ -476,19 +562,19 @@ class AgentRun:
                     step, over, final_text, message.tool_calls
                 )
                 for call in message.tool_calls:
-                    yield ToolCallEvent(call, step)
+                    yield ToolCallEvent(self._mask_call(call), step)
                 for event in refusals:
-                    yield event
+                    yield self._mask_result(event)
                 return
             for call in message.tool_calls:
-                yield ToolCallEvent(call, step)
+                yield ToolCallEvent(self._mask_call(call), step)
             if config.agent.parallel_tool_calls and len(message.tool_calls) > 1:
                 results = await self._run_parallel(message.tool_calls, step)
             else:
                 results = [await self._run_tool_call(c, step) for c in message.tool_calls]
             for result_message, event in results:
                 self._append(result_message)
-                yield event
+                yield self._mask_result(event)
         self._final = await self._finish(
             "max_iterations",
             final_text,
@@ -569,17 +655,40 @@ class AgentRun:
         await self.parts.store.set_status(
             self.session_id, _SESSION_STATUS[outcome], fence=self._fence()
         )
+        messages = list(self.messages)
+        if self._masks.active:
+            output = self._mask(output)
+            error = self._mask(error) if error is not None else None
+            messages = [
+                m.model_copy(update={"content": self._mask(m.content)}) if m.content else m
+                for m in messages
+            ]
         result = RunResult(
             session_id=self.session_id,
             outcome=outcome,
             output=output,
             usage=usage,
             steps=self.step,
-            messages=list(self.messages),
+            messages=messages,
             error=error,
             cost_usd=self.cost_usd,
         )
         return FinalEvent(result, seq)
+
+    # -- redaction of what the run shows -------------------------------------------
+
+    def _mask(self, text: str) -> str:
+        return self._masks.text(text) if self._masks.active else text
+
+    def _mask_call(self, call: ToolCall) -> ToolCall:
+        if not self._masks.active:
+            return call
+        return call.model_copy(update={"arguments": self._masks.data(call.arguments)})
+
+    def _mask_result(self, event: ToolResultEvent) -> ToolResultEvent:
+        if not self._masks.active:
+            return event
+        return dataclasses.replace(event, content=self._mask(event.content))
 
     async def _run_parallel(
         self, calls: Sequence[ToolCall], step: int
@@ -598,8 +707,26 @@ class AgentRun:
 
     async def _run_tool_call(self, call: ToolCall, step: int) -> tuple[Message, ToolResultEvent]:
         """The documented pipeline of one call; see koboi.interceptors for the order."""
-        decided = await self._decide(call, step)
+        trail: list[dict[str, str]] = []
+        decided = await self._decide(call, step, trail)
+        audit = {
+            "action": "tool_call",
+            "step": step,
+            "call_id": call.id,
+            "tool": call.name,
+            "arguments_hash": arguments_hash(call.arguments),
+        }
         if isinstance(decided, _Refusal):
+            self.info.audit(
+                {
+                    **audit,
+                    "phase": "decision",
+                    "decision": "deny",
+                    "stage": decided.stage,
+                    "reason": decided.reason,
+                    "stages": trail,
+                }
+            )
             seq = await self.record(
                 J.TOOL_CALL_REFUSED,
                 {
@@ -624,9 +751,21 @@ class AgentRun:
             sandbox=self.parts.sandbox,
             workdir=self.parts.sandbox.workdir_for(self.session_id),
             resources=self.parts.resources,
+            subagent_runner=self._run_subagent,
         )
         # The "started" marker is committed as late as possible: after every decision,
-        # immediately before the effect begins.
+        # immediately before the effect begins; the audit trail's "before" record with it.
+        self.info.audit(
+            {
+                **audit,
+                "phase": "before",
+                "decision": "allow",
+                "stages": trail,
+                "arguments": call.arguments,
+                "risk": tool.risk.value,
+                "sandbox": self.parts.sandbox.name,
+            }
+        )
         await self.record(
             J.TOOL_CALL_STARTED,
             {
@@ -635,11 +774,21 @@ class AgentRun:
                 "name": call.name,
                 "arguments": call.arguments,
                 "idempotent": tool.idempotent,
+                # Which stages allowed it, and why: each decision is in the journal.
+                "decision": trail,
             },
         )
         result = await self._invoke(pending, ctx)
         for icp in self._after_tool:
             result = await icp.after_tool_call(pending, result, self.info) or result
+        self.info.audit(
+            {
+                **audit,
+                "phase": "after",
+                "outcome": "error" if result.is_error else "ok",
+                "result_chars": len(result.content),
+            }
+        )
         seq = await self.record(
             J.TOOL_CALL_FINISHED,
             {
@@ -656,16 +805,29 @@ class AgentRun:
             ToolResultEvent(call.id, call.name, result.content, result.is_error, step, None, seq),
         )
 
-    async def _decide(self, call: ToolCall, step: int) -> PendingToolCall | _Refusal:
+    async def _decide(
+        self, call: ToolCall, step: int, trail: list[dict[str, str]]
+    ) -> PendingToolCall | _Refusal:
+        """Every stage of the pipeline, in order; ``trail`` collects what each one said."""
+        # Exact lookup: no case folding, no trimming, no Unicode normalisation, so a
+        # name that merely looks like a tool's never reaches it.
         tool = self.parts.tools.get(call.name)
         if tool is None:
             known = ", ".join(sorted(self.parts.tools)) or "none"
-            return _Refusal("lookup", f"unknown tool '{call.name}'; available tools: {known}")
+            return _Refusal(
+                "lookup", f"unknown tool {call.name!r} (names must match exactly); tools: {known}"
+            )
         if call.raw_arguments is not None:
             return _Refusal(
                 "arguments",
-                f"invalid arguments for tool '{call.name}': not a JSON object: "
-                f"{call.raw_arguments[:200]!r}",
+                f"invalid arguments for tool '{call.name}': {argument_problem(call.raw_arguments)}",
+            )
+        size = len(canonical_arguments(call.arguments).encode())
+        if size > self._max_argument_bytes:
+            return _Refusal(
+                "arguments",
+                f"the arguments of tool '{call.name}' are {size} bytes, more than the "
+                f"{self._max_argument_bytes} allowed (tools.max_argument_bytes)",
             )
         try:
             args = tool.parse_arguments(call.arguments)
@@ -686,6 +848,13 @@ class AgentRun:
             verdict = await icp.before_tool_call(pending, self.info)
             if verdict is None:
                 continue
+            trail.append(
+                {
+                    "stage": verdict.stage or icp.name,
+                    "action": verdict.action,
+                    "reason": verdict.reason,
+                }
+            )
             if verdict.action == "deny":
                 return _Refusal(verdict.stage or icp.name, verdict.reason or "denied")
             verdicts.append(verdict)
@@ -696,18 +865,41 @@ class AgentRun:
             needs_approval = False
         if needs_approval:
             refusal = await self._approve(pending, verdicts)
+            trail.append({"stage": "approval", "action": "deny" if refusal else "allow"})
             if refusal is not None:
                 return refusal
         for icp in self._admit_tool:
             verdict = await icp.admit_tool_call(pending, self.info)
-            if verdict is not None and verdict.action == "deny":
+            if verdict is None:
+                continue
+            trail.append(
+                {
+                    "stage": verdict.stage or icp.name,
+                    "action": verdict.action,
+                    "reason": verdict.reason,
+                }
+            )
+            if verdict.action == "deny":
                 return _Refusal(verdict.stage or icp.name, verdict.reason or "not admitted")
         return pending
 
     async def _approve(self, pending: PendingToolCall, verdicts: list[Verdict]) -> _Refusal | None:
+        """Ask the approver, within the journaled deadline; the answer must fit the request.
+
+        A request still waiting when the run was interrupted is asked again under
+        the same id and deadline, so it stays one pending approval across a crash.
+        """
         call, tool = pending.call, pending.tool
         reasons = [v.reason for v in verdicts if v.action == "ask" and v.reason]
         reason = "; ".join(reasons) or f"tool risk is {tool.risk.value}"
+        digest = arguments_hash(call.arguments)
+        waiting = self._waiting_approvals.pop(call.id, None)
+        if waiting is not None and waiting.get("arguments_hash") == digest:
+            approval_id = str(waiting.get("approval_id") or "")
+            expires_at = float(waiting.get("expires_at") or 0.0)
+        else:
+            approval_id = f"ap_{uuid.uuid4().hex}"
+            expires_at = time.time() + self.config.agent.approval_timeout_seconds
         request = ApprovalRequest(
             session_id=self.session_id,
             step=pending.step,
@@ -716,29 +908,39 @@ class AgentRun:
             arguments=call.arguments,
             risk=tool.risk,
             reason=reason,
-            arguments_hash=arguments_hash(call.arguments),
+            arguments_hash=digest,
+            approval_id=approval_id,
+            expires_at=expires_at,
         )
-        await self.record(
-            J.APPROVAL_REQUESTED,
-            {
-                "step": pending.step,
-                "call_id": call.id,
-                "name": call.name,
-                "risk": tool.risk.value,
-                "arguments_hash": request.arguments_hash,
-                "reason": reason,
-            },
-        )
-        try:
-            decision = await self.parts.approver.decide(request)
-        except Exception as exc:
-            approved, why, by = (
-                False,
-                f"the approver failed: {describe_error(exc)}",
-                self.parts.approver.name,
+        base = {
+            "action": "approval",
+            "step": pending.step,
+            "call_id": call.id,
+            "tool": call.name,
+            "approval_id": approval_id,
+            "arguments_hash": digest,
+        }
+        if waiting is None or waiting.get("approval_id") != approval_id:
+            self.info.audit({**base, "phase": "requested", "reason": reason})
+            await self.record(
+                J.APPROVAL_REQUESTED,
+                {
+                    "step": pending.step,
+                    "call_id": call.id,
+                    "name": call.name,
+                    "risk": tool.risk.value,
+                    "arguments_hash": digest,
+                    "reason": reason,
+                    "approval_id": approval_id,
+                    "expires_at": expires_at,
+                },
             )
-        else:
-            approved, why, by = decision.approved, decision.reason, decision.decided_by
+        decision = await self._ask_approver(request)
+        mismatch = decision.mismatch(request) if decision.approved else None
+        if mismatch is not None:
+            decision = dataclasses.replace(
+                decision, approved=False, reason=f"approval refused: {mismatch}"
+            )
         # Committed with what comes next (the call's start, or its refusal): losing a
         # decision to a crash only means the approver is asked again on resume.
         await self.record(
@@ -746,15 +948,56 @@ class AgentRun:
             {
                 "step": pending.step,
                 "call_id": call.id,
-                "approved": approved,
-                "reason": why,
-                "decided_by": by,
+                "approval_id": approval_id,
+                "approved": decision.approved,
+                "reason": decision.reason,
+                "decided_by": decision.decided_by,
+                "scope": decision.scope,
             },
             commit=False,
         )
-        if approved:
+        self.info.audit(
+            {
+                **base,
+                "phase": "decided",
+                "approved": decision.approved,
+                "reason": decision.reason,
+                "decided_by": decision.decided_by,
+                "scope": decision.scope,
+            }
+        )
+        for icp in self._after_approval:
+            with contextlib.suppress(Exception):
+                await icp.after_approval(pending, request, decision, self.info)
+        if decision.approved:
             return None
-        return _Refusal("approval", why or f"tool '{call.name}' was not approved")
+        return _Refusal("approval", decision.reason or f"tool '{call.name}' was not approved")
+
+    async def _ask_approver(self, request: ApprovalRequest) -> ApprovalDecision:
+        """The approver's decision; a failure or no answer before the deadline is a no."""
+        approver = self.parts.approver
+        left = (request.expires_at or 0.0) - time.time()
+        if left <= 0:
+            return ApprovalDecision(
+                approved=False,
+                reason=f"the approval request for '{request.tool_name}' expired before a decision",
+                decided_by="deadline",
+            )
+        try:
+            with anyio.move_on_after(left):
+                return await approver.decide(request)
+        except Exception as exc:
+            return ApprovalDecision(
+                approved=False,
+                reason=f"the approver failed: {describe_error(exc)}",
+                decided_by=approver.name,
+            )
+        return ApprovalDecision(
+            approved=False,
+            reason=f"no decision on '{request.tool_name}' within {left:.0f} s "
+            "(agent.approval_timeout_seconds): denied",
+            decided_by="deadline",
+        )
 
     async def _invoke(self, pending: PendingToolCall, ctx: ToolContext) -> ToolResult:
         tool = pending.tool
@@ -774,6 +1017,54 @@ class AgentRun:
             return ToolResult(f"tool '{tool.name}' failed: {exc}", is_error=True)
         except Exception as exc:
             return ToolResult(f"tool '{tool.name}' failed: {describe_error(exc)}", is_error=True)
+
+    async def _run_subagent(
+        self,
+        message: str,
+        *,
+        parent_session_id: str,
+        tools: Sequence[str] | None = None,
+        system_prompt: str | None = None,
+        name: str | None = None,
+    ) -> RunResult:
+        """A child run with this run's parts: same pipeline, a subset of the tools."""
+        parts = self.parts
+        if tools is None:
+            child_tools = dict(parts.tools)
+        else:
+            unknown = sorted(set(tools) - set(parts.tools))
+            if unknown:
+                raise ToolError(
+                    f"a sub-agent may only use its parent's tools; not available: {', '.join(unknown)}"
+                )
+            child_tools = {n: parts.tools[n] for n in tools}
+        update = {
+            k: v for k, v in (("system_prompt", system_prompt), ("name", name)) if v is not None
+        }
+        config = dataclasses.replace(
+            parts.config, agent=parts.config.agent.model_copy(update=update)
+        )
+        child_parts = dataclasses.replace(parts, config=config, tools=child_tools)
+        holder = self.lease.holder if self.lease is not None else f"subagent:{parent_session_id}"
+        info = await parts.store.create_session(
+            config_name=config.agent.name,
+            config_hash=config.config_hash,
+            metadata={"parent_session": parent_session_id, "parent_step": self.step},
+        )
+        lease = await parts.store.acquire_lease(info.id, holder, config.agent.lease_seconds)
+        try:
+            child = AgentRun(child_parts, info.id, J.SessionState(), lease=lease)
+            final: FinalEvent | None = None
+            async with contextlib.aclosing(child.execute(message)) as events:
+                async for event in events:
+                    if isinstance(event, FinalEvent):
+                        final = event
+        finally:
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await parts.store.release_lease(lease)
+        if final is None:  # pragma: no cover - execute always ends with one
+            raise KoboiError("the sub-agent ended without a final event")
+        return final.result
 
 
 def c3_refusal(tool_names: str, backend: str) -> str:

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast, get_type_hints, overload
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from koboi.errors import ToolArgumentError
+from koboi.errors import ToolArgumentError, ToolError
 from koboi.messages import ToolSpec
 
 if TYPE_CHECKING:
+    from koboi.events import RunResult
     from koboi.sandbox import ProcessResult, Sandbox
 
 _NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_.-]{0,63}$")
@@ -63,6 +64,33 @@ class ToolContext:
     workdir: Path | None = None
     resources: Mapping[type[Any], Any] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
+    #: Set by the loop: runs a child agent under this run's governance.
+    subagent_runner: Callable[..., Awaitable[RunResult]] | None = field(default=None, repr=False)
+
+    async def run_subagent(
+        self,
+        message: str,
+        *,
+        tools: Sequence[str] | None = None,
+        system_prompt: str | None = None,
+        name: str | None = None,
+    ) -> RunResult:
+        """Run a child agent to completion and return its result.
+
+        The child inherits this run's whole pipeline — mode, approver, interceptors
+        (policy, guardrails, trust, rate limits), sandbox, store and journal — and
+        may only use a subset of this run's tools (``tools``, default all). It runs
+        in a session of its own whose metadata names the parent session.
+        """
+        if self.subagent_runner is None:
+            raise ToolError("sub-agents are not available here (the tool runs outside a loop)")
+        return await self.subagent_runner(
+            message,
+            parent_session_id=self.session_id,
+            tools=tools,
+            system_prompt=system_prompt,
+            name=name,
+        )
 
     async def run_process(
         self,
@@ -133,6 +161,8 @@ class Tool(ABC):
     args_model: type[BaseModel]
     risk: Risk = Risk.SAFE
     idempotent: bool = False
+    #: Only records the agent's own plan or notes (a todo list...): allowed in plan mode.
+    planning: bool = False
 
     _spec: ToolSpec | None = None
 
