@@ -72,16 +72,29 @@ async def test_unclear_answer_asks_again() -> None:
 
 
 @pytest.mark.anyio
-async def test_always_approves_later_calls_of_that_tool_only() -> None:
+async def test_always_approves_later_calls_of_that_tool_with_the_same_arguments_only() -> None:
     out = io.StringIO()
-    approver = TerminalApprover(read_line=answers("a", "n"), out=out)
-    first = await approver.decide(request("shell"))
+    approver = TerminalApprover(read_line=answers("a", "n", "n"), out=out)
+    first = await approver.decide(request("shell", command="ls"))
     assert first.approved and first.scope == "always"
     again = await approver.decide(request("shell", command="ls"))
     assert again.approved  # not asked: only one question so far
     assert out.getvalue().count("approve?") == 1
+    changed = await approver.decide(request("shell", command="rm -rf x"))
+    assert not changed.approved  # other arguments are asked about ("n")
     other = await approver.decide(request("write_file", path="x"))
     assert not other.approved  # a different tool is asked about ("n")
+    assert out.getvalue().count("approve?") == 3
+
+
+@pytest.mark.anyio
+async def test_decisions_name_the_request_they_answer() -> None:
+    approver = TerminalApprover(read_line=answers("y"), out=io.StringIO())
+    asked = request("shell", command="ls")
+    decision = await approver.decide(asked)
+    assert decision.mismatch(asked) is None
+    assert decision.arguments_hash == asked.arguments_hash
+    assert decision.session_id == asked.session_id
 
 
 @pytest.mark.anyio

@@ -9,10 +9,16 @@ from typing import TextIO
 import anyio
 import anyio.to_thread
 
-from koboi.approval import ApprovalDecision, ApprovalRequest, Approver, canonical_arguments
+from koboi.approval import (
+    ApprovalDecision,
+    ApprovalRequest,
+    Approver,
+    Scope,
+    canonical_arguments,
+)
 from koboi_cli.style import Style, warn, write
 
-ANSWERS = "[y]es / [n]o / [a]lways for this tool"
+ANSWERS = "[y]es / [n]o / [a]lways for this tool with these arguments"
 
 
 class TerminalApprover(Approver):
@@ -21,7 +27,9 @@ class TerminalApprover(Approver):
     Shows the tool, its risk, why approval is needed and the exact canonical
     arguments that will run. ``y`` approves this call, ``n`` (or an empty
     answer, or end of input) denies it, ``a`` approves it and every later call
-    of the same tool in this process. Prompts are serialized, so parallel tool
+    of the same tool with the same arguments (koboi-governance keeps that as a
+    trust rule in the store, so it outlasts the process). Every decision names
+    the request it answers (approval id, session, arguments hash). Prompts are serialized, so parallel tool
     calls never interleave their questions.
 
     :param read_line: returns one line of input (blocking; run in a worker
@@ -42,12 +50,14 @@ class TerminalApprover(Approver):
 
     async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
         async with self._lock:
-            if request.tool_name in self._always:
-                return ApprovalDecision(
+            key = f"{request.tool_name}\0{request.arguments_hash}"
+            if key in self._always:
+                return self._bound(
+                    request,
                     approved=True,
-                    reason=f"'{request.tool_name}' was approved for this session at the terminal",
+                    reason=f"'{request.tool_name}' with these arguments was approved 'always' "
+                    "at the terminal",
                     scope="always",
-                    decided_by=self.name,
                 )
             self._show(request)
             while True:
@@ -58,20 +68,31 @@ class TerminalApprover(Approver):
                     return self._deny(request, "no answer (end of input)")
                 answer = line.strip().lower()
                 if answer in ("y", "yes"):
-                    return ApprovalDecision(
-                        approved=True, reason="approved at the terminal", decided_by=self.name
-                    )
+                    return self._bound(request, approved=True, reason="approved at the terminal")
                 if answer in ("a", "always"):
-                    self._always.add(request.tool_name)
-                    return ApprovalDecision(
+                    self._always.add(key)
+                    return self._bound(
+                        request,
                         approved=True,
-                        reason="approved at the terminal (always, for this tool)",
+                        reason="approved at the terminal (always, for these arguments)",
                         scope="always",
-                        decided_by=self.name,
                     )
                 if answer in ("", "n", "no"):
                     return self._deny(request, "denied at the terminal")
                 write(self._out, f"please answer y, n or a (got {line.strip()!r})\n")
+
+    def _bound(
+        self, request: ApprovalRequest, *, approved: bool, reason: str, scope: Scope = "once"
+    ) -> ApprovalDecision:
+        return ApprovalDecision(
+            approved=approved,
+            reason=reason,
+            scope=scope,
+            decided_by=self.name,
+            approval_id=request.approval_id,
+            session_id=request.session_id,
+            arguments_hash=request.arguments_hash,
+        )
 
     def _show(self, request: ApprovalRequest) -> None:
         style = Style(self._out)
