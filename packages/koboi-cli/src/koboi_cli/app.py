@@ -85,6 +85,11 @@ class CacheModeChoice(StrEnum):
     cache = "cache"
 
 
+class ToolsChoice(StrEnum):
+    recorded = "recorded"
+    live = "live"
+
+
 @app.command()
 def run(
     ctx: typer.Context,
@@ -129,23 +134,54 @@ def run(
             "no key or network needed) or cache; overrides the config's cache.mode.",
         ),
     ] = None,
+    replay_mode: Annotated[
+        CacheModeChoice | None,
+        typer.Option(
+            "--replay-mode",
+            help="With a bundle (.koboi) and no -m: replay replays the recorded session offline "
+            "and compares every event. With a config (or -m): the same as --cache-mode.",
+        ),
+    ] = None,
+    tools: Annotated[
+        ToolsChoice | None,
+        typer.Option(
+            "--tools",
+            help="Replaying a bundle: recorded (default) serves tool results from the bundle "
+            "and touches nothing; live runs the tools and compares their results.",
+        ),
+    ] = None,
 ) -> None:
     """Run an agent on one message, or resume an interrupted run, and stream what it does.
 
     Tool calls that need approval are asked about at a terminal, denied when
     there is no terminal, and all approved with --yes. Exit code 0 when the run
     completed, 1 otherwise.
+
+    CONFIG may also be a file a plugin runs, such as a bundle (.koboi, from
+    koboi-replay): with -m its config runs; a captured run with --replay-mode
+    replay is replayed offline and compared, event by event.
     """
     _set_debug(ctx, debug)
     if resume is not None and message is not None:
         raise click.exceptions.UsageError("give either -m/--message or --resume, not both", ctx)
     if resume is not None and session is not None:
         raise click.exceptions.UsageError("--resume names the session itself; drop --session", ctx)
-    if resume is None and message is None:
+    from koboi_cli.cmd_run import is_run_source
+    from koboi_cli.cmd_run import run as run_agent
+
+    if cache_mode is not None and replay_mode is not None and cache_mode.value != replay_mode.value:
+        raise click.exceptions.UsageError("give --cache-mode or --replay-mode, not both", ctx)
+    source = is_run_source(config)
+    if tools is not None and not source:
+        raise click.exceptions.UsageError(
+            "--tools applies only when replaying a bundle (koboi run RUN.koboi --replay-mode "
+            "replay)",
+            ctx,
+        )
+    if resume is None and message is None and not source:
         raise click.exceptions.UsageError(
             "missing -m/--message (or --resume ID|last to finish an interrupted run)", ctx
         )
-    from koboi_cli.cmd_run import run as run_agent
 
     code = run_agent(
         config,
@@ -155,6 +191,8 @@ def run(
         assume_yes=yes,
         resume=resume,
         cache_mode=cache_mode.value if cache_mode is not None else None,
+        replay_mode=replay_mode.value if replay_mode is not None else None,
+        tools=tools.value if tools is not None else None,
     )
     raise typer.Exit(code)
 

@@ -18,7 +18,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -41,7 +41,9 @@ from koboi_cli.style import Style, err, write
 
 if TYPE_CHECKING:
     from koboi.agent import KoboiAgent
+    from koboi.config import AgentConfig
     from koboi.errors import LeaseHeld
+    from koboi.registry import Registration
     from koboi.store import Store
 
 #: How much of a tool result is shown; the model always sees all of it.
@@ -208,6 +210,11 @@ def lease_held_message(session_id: str, exc: LeaseHeld) -> str:
     )
 
 
+def is_run_source(path: Path) -> bool:
+    """True when a plugin runs ``path`` (a registered run source claims its file name)."""
+    return host.get_host().run_source_for(path) is not None
+
+
 def run(
     config: Path,
     message: str | None,
@@ -217,20 +224,87 @@ def run(
     assume_yes: bool,
     resume: str | None = None,
     cache_mode: str | None = None,
+    replay_mode: str | None = None,
+    tools: str | None = None,
 ) -> int:
     """Run once, or finish the interrupted run of session ``resume``; return the exit code
-    (0 only when the run completed)."""
-    from koboi.agent import KoboiAgent
+    (0 only when the run completed).
 
+    A path a run source claims (``koboi_register_run_sources``) goes to its plugin,
+    with every option; for a config, ``replay_mode`` is the response cache's mode.
+    """
+    source = host.get_host().run_source_for(config)
+    if source is not None:
+        options = {
+            "message": message,
+            "session": session_id,
+            "resume": resume,
+            "as_json": as_json,
+            "assume_yes": assume_yes,
+            "cache_mode": cache_mode,
+            "replay_mode": replay_mode,
+            "tools": tools,
+        }
+        return _run_source(source, config, options)
+    if replay_mode is not None:
+        cache_mode = replay_mode
     if cache_mode is not None:
         # The one override the kernel reads (koboi.models.cache_mode), also seen by
         # config validation: under replay a provider needs no key.
         os.environ["KOBOI_CACHE_MODE"] = cache_mode
+    from koboi.config import load_config
+
+    loaded = load_config(config, host.get_host().catalog())
+    return run_config(
+        loaded,
+        message,
+        as_json=as_json,
+        session_id=session_id,
+        assume_yes=assume_yes,
+        resume=resume,
+    )
+
+
+def _run_source(source: Registration[str], path: Path, options: dict[str, Any]) -> int:
+    import importlib
+    from types import MappingProxyType
+
+    from koboi.errors import PluginError
+
+    module_name, _, attribute = source.target.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            target = getattr(target, part)
+    except Exception as exc:
+        raise PluginError(
+            f"run source {source.name!r} of plugin {source.plugin!r} could not be loaded from "
+            f"{source.target!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+    return int(target(path, MappingProxyType(options)))
+
+
+def run_config(
+    config: AgentConfig,
+    message: str | None,
+    *,
+    as_json: bool,
+    session_id: str | None,
+    assume_yes: bool,
+    resume: str | None = None,
+    prepare: Callable[[Store], Awaitable[None]] | None = None,
+) -> int:
+    """Run a loaded config as ``koboi run`` does (printing, approvals, exit code).
+
+    ``prepare(store)``, when given, is awaited once the agent is open, before the
+    run starts (a plugin seeding the store, for example).
+    """
+    from koboi.agent import KoboiAgent
 
     approver = choose_approver(assume_yes=assume_yes)
-    agent = KoboiAgent.from_config(config, host=host.get_host(), approver=approver)
+    agent = KoboiAgent(config, host=host.get_host(), approver=approver)
     printer = None if as_json else EventPrinter(sys.stdout, Style(sys.stdout))
-    result = anyio.run(_run_async, agent, message, session_id, resume, printer)
+    result = anyio.run(_run_async, agent, message, session_id, resume, printer, prepare)
     if printer is not None and printer.refused_for_approval and approver is None:
         err(
             "tool calls that need approval were denied: nobody was at a terminal to ask; "
@@ -251,10 +325,13 @@ async def _run_async(
     session_ref: str | None,
     resume: str | None,
     printer: EventPrinter | None,
+    prepare: Callable[[Store], Awaitable[None]] | None = None,
 ) -> RunResult:
     from koboi.errors import LeaseHeld
 
     async with agent:
+        if prepare is not None:
+            await prepare(agent.store)
         if resume is not None:
             session_id: str | None = (await agent.store.resolve_session(resume)).id
             note = f"resuming the interrupted run of session {session_id}"

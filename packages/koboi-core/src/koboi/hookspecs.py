@@ -130,6 +130,31 @@ def koboi_register_commands(register: Callable[..., None]) -> None:
     """
 
 
+@hookspec
+def koboi_register_run_sources(register: Callable[..., None]) -> None:
+    """Let ``koboi run`` run files that are not YAML configs.
+
+    ``koboi run PATH`` hands a path whose file name ends in a registered suffix
+    to the plugin that registered it, instead of loading it as a config.
+
+    :param register: ``register(name, target, *, suffixes, description="")``
+        where ``suffixes`` is a non-empty sequence of file-name endings this
+        source claims (``".koboi"``; compared case-insensitively; when two
+        match, the longest wins; one suffix claimed by two plugins is a
+        registration error naming both), and ``target`` an import path
+        ``"package.module:attribute"`` naming a callable that is imported
+        only when a claimed file is run. It is called as
+        ``target(path, options)``: ``path`` is the ``pathlib.Path`` given to
+        ``koboi run``, ``options`` a read-only mapping of the run command's
+        options by name (their meaning is the CLI's: see ``koboi run --help``);
+        it runs the file, prints what it does, and returns the exit code.
+        It raises a :class:`koboi.errors.KoboiError` for anything the user
+        can fix.
+
+    Called once per plugin host. Sync only.
+    """
+
+
 # ---------------------------------------------------------------------------
 # Per-step seams
 # ---------------------------------------------------------------------------

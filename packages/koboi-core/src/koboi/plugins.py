@@ -51,6 +51,7 @@ _CATALOG_HOOKS = (
     "koboi_register_sandboxes",
     "koboi_register_stores",
     "koboi_register_commands",
+    "koboi_register_run_sources",
 )
 
 
@@ -87,6 +88,7 @@ class Catalog:
     )
     stores: Registry[Callable[..., Any]] = field(default_factory=lambda: Registry("store"))
     commands: Registry[str] = field(default_factory=lambda: Registry("command"))
+    run_sources: Registry[str] = field(default_factory=lambda: Registry("run source"))
 
     def registries(self) -> dict[str, Registry[Any]]:
         return {
@@ -96,6 +98,7 @@ class Catalog:
             "sandboxes": self.sandboxes,
             "stores": self.stores,
             "commands": self.commands,
+            "run_sources": self.run_sources,
         }
 
 
@@ -125,6 +128,7 @@ class PluginHost:
         self._loaded = False
         self._catalog: Catalog | None = None
         self._commands: Registry[str] | None = None
+        self._run_sources: Registry[str] | None = None
         if builtins:
             from koboi import _builtin
 
@@ -222,6 +226,7 @@ class PluginHost:
         )
         self._catalog = None
         self._commands = None
+        self._run_sources = None
         self._register(info, plugin)
         return info
 
@@ -291,6 +296,24 @@ class PluginHost:
         if self._commands is None:
             self._commands = self._collect(("koboi_register_commands",)).commands
         return self._commands
+
+    def run_sources(self) -> Registry[str]:
+        """Only the run sources plugins add (``koboi run`` asks before loading a config)."""
+        if self._catalog is not None:
+            return self._catalog.run_sources
+        if self._run_sources is None:
+            self._run_sources = self._collect(("koboi_register_run_sources",)).run_sources
+        return self._run_sources
+
+    def run_source_for(self, path: str | os.PathLike[str]) -> Registration[str] | None:
+        """The run source claiming ``path`` by its file-name ending (the longest wins), or None."""
+        name = os.fspath(path).lower()
+        best: tuple[int, Registration[str]] | None = None
+        for entry in self.run_sources():
+            for suffix in entry.extra.get("suffixes", ()):
+                if name.endswith(suffix) and (best is None or len(suffix) > best[0]):
+                    best = (len(suffix), entry)
+        return best[1] if best is not None else None
 
     def _collect(self, hooks: Sequence[str]) -> Catalog:
         catalog = Catalog()
@@ -426,6 +449,50 @@ def _registrar(
             )
 
         return register_command
+
+    if hook == "koboi_register_run_sources":
+
+        def register_run_source(
+            name: str, target: str, *, suffixes: Sequence[str], description: str = ""
+        ) -> None:
+            if not isinstance(target, str) or ":" not in target:
+                raise RegistrationError(
+                    f"run source {name!r}: target must be an import path 'package.module:attribute'"
+                )
+            if isinstance(suffixes, str) or not suffixes:
+                raise RegistrationError(
+                    f"run source {name!r}: suffixes must be a non-empty sequence such as ('.x',)"
+                )
+            claimed = tuple(str(s).lower() for s in suffixes)
+            for suffix in claimed:
+                if not suffix.startswith(".") or len(suffix) < 2:
+                    raise RegistrationError(
+                        f"run source {name!r}: suffix {suffix!r} must start with '.'"
+                    )
+            others = [*catalog.run_sources, *(e for r, e in staged if r is catalog.run_sources)]
+            for other in others:
+                shared = sorted(set(claimed) & set(other.extra.get("suffixes", ())))
+                if shared:
+                    raise RegistrationError(
+                        f"suffix {shared[0]!r} is claimed by two run sources: {other.name!r} "
+                        f"(plugin {other.plugin!r}) and {name!r} (plugin {plugin!r}); disable "
+                        "one of them (KOBOI_DISABLE_PLUGINS)"
+                    )
+            staged.append(
+                (
+                    catalog.run_sources,
+                    Registration(
+                        "run source",
+                        name,
+                        target,
+                        plugin,
+                        description=description,
+                        extra={"suffixes": claimed},
+                    ),
+                )
+            )
+
+        return register_run_source
 
     if hook == "koboi_register_stores":
 
