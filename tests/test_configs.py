@@ -93,9 +93,11 @@ def test_seed_config_lists_every_problem_with_install_hints(
         assert path in by_path, f"no problem reported at {path}: {error}"
         assert f"install {dist}" in by_path[path].hint, by_path[path]
     # Capabilities that are installed are not reported.
-    for path in SEED_HINTS.keys() - MISSING.keys():
+    for path in SEED_HINTS.keys() - MISSING.keys() - {"guardrails"}:
         assert path not in by_path, by_path[path]
     assert "tools.builtin[0]" not in by_path, "calculator comes from koboi-tools-basic"
+    # guardrails live inside the governance section: said so whether or not it is installed.
+    assert by_path["guardrails"].hint.startswith("write it as 'governance.guardrails'")
     message = str(error)
     assert f"{len(error.problems)} problems in config" in message or len(error.problems) == 1
     for problem in error.problems:

@@ -32,6 +32,17 @@ SECTIONS: dict[str, str] = {
     "tools_git": "koboi-tools-git",
 }
 
+#: Names people write at the top level for what lives inside another section.
+NESTED_SECTIONS: dict[str, str] = {
+    "guardrails": "governance.guardrails",
+    "policy": "governance.policy",
+    "trust": "governance.trust",
+    "rate_limit": "governance.rate_limits",
+    "rate_limits": "governance.rate_limits",
+    "redaction": "governance.redaction",
+    "approvals": "agent.approval_risk / agent.approval_timeout_seconds",
+}
+
 PROVIDERS: dict[str, str] = {
     "openai": "koboi-openai",
     "anthropic": "koboi-anthropic",

@@ -508,7 +508,14 @@ class _Checker:
                     sections[key] = result
                 continue
             dist = _hints.SECTIONS.get(key)
-            if dist:
+            moved = _hints.NESTED_SECTIONS.get(key)
+            if moved is not None:
+                parent = moved.split(".", 1)[0]
+                hint = f"write it as '{moved}'"
+                if dist and self.catalog.sections.get(parent) is None:
+                    hint += f" (install {dist})"
+                self.add(key, "not a top-level section", hint)
+            elif dist:
                 self.add(key, "no installed plugin owns this section", f"install {dist}")
             else:
                 self.add(
