@@ -72,7 +72,9 @@ class Redaction(Protocol):
         """``text`` with each secret masked."""
 
     def redact_data(self, data: Any) -> Any:
-        """A copy of JSON-like ``data`` with every string (keys too) redacted."""
+        """JSON-like ``data`` with every string (keys too) redacted: a new object when
+        something was masked, possibly ``data`` itself when nothing was (the kernel never
+        changes what it gets back)."""
 
     def stream(self) -> StreamRedaction:
         """A redactor for one streamed text: what it emits, joined, equals ``redact(text)``."""
