@@ -5,6 +5,7 @@
 - member:  each workspace member's own tests, alone, in its own environment
            holding only that member and its declared dependencies
 - tests:   every member's tests plus the cross-package tests/, all together
+- evals:   the repo's eval cases (evals/), offline and deterministic: koboi eval-test --mock
 
 uv must use the interpreter that is on the machine; it never downloads one.
 """
@@ -19,7 +20,7 @@ import nox
 
 ROOT = Path(__file__).parent
 nox.options.default_venv_backend = "none"
-nox.options.sessions = ["lint", "types", "member", "tests"]
+nox.options.sessions = ["lint", "types", "member", "tests", "evals"]
 nox.options.error_on_missing_interpreters = True
 
 os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
@@ -97,6 +98,25 @@ def tests(session: nox.Session) -> None:
     """Everything installed together: every member's tests and the cross-package tests/."""
     paths = [str(MEMBERS[name] / "tests") for name in TESTED]
     session.run("pytest", *paths, "tests", "-q", *session.posargs, env=PYTEST_ENV)
+
+
+@nox.session
+def evals(session: nox.Session) -> None:
+    """The repo's eval cases as CI runs them: offline, no key, byte-identical reports.
+
+    The JUnit report goes to .nox/evals-junit.xml for CI to keep.
+    """
+    junit = ROOT / ".nox" / "evals-junit.xml"
+    session.run(
+        "koboi",
+        "eval-test",
+        "--mock",
+        "evals/",
+        "--junit",
+        str(junit),
+        *session.posargs,
+        env=PYTEST_ENV,
+    )
 
 
 @nox.session
