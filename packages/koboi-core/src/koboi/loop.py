@@ -528,8 +528,6 @@ class AgentRun:
                             raise KoboiError("the provider's stream ended without a response")
                     else:
                         response = await self.parts.provider.complete(request)
-                        if response.message.content:
-                            yield TextDeltaEvent(self._mask(response.message.content), step)
                 except Exception as exc:
                     error = describe_error(exc)
                     await self._record_reports(step, reports)
@@ -542,6 +540,10 @@ class AgentRun:
             await self._record_reports(step, reports)
             for icp in self._after_model:
                 response = await icp.after_model_call(response, self.info) or response
+            if not config.agent.stream and response.message.content:
+                # Not streamed: shown once the interceptors are done with it (a guardrail
+                # may have withheld it).
+                yield TextDeltaEvent(self._mask(response.message.content), step)
             seq = await self.record(
                 J.MODEL_CALL_FINISHED,
                 {"step": step, "response": response.model_dump(mode="json", exclude_defaults=True)},
