@@ -59,7 +59,7 @@ def decision_micro(repeats: int, calls: int) -> None:
     from koboi.interceptors import PendingToolCall, RunInfo
     from koboi.messages import ToolCall
     from koboi_governance.assemble import build_redactor
-    from koboi_governance.pipeline import DecisionStage
+    from koboi_governance.pipeline import DecisionStage, KernelRedaction
     from koboi_governance.settings import GovernanceSection
 
     @tool(name="write_file", risk=Risk.MODERATE)
@@ -92,6 +92,7 @@ def decision_micro(repeats: int, calls: int) -> None:
         ("100 rules", GovernanceSection.model_validate(hundred_rules())),
     ):
         redactor = build_redactor(settings, agent.config)
+        kernel_redaction = KernelRedaction(redactor)
         stage = DecisionStage(settings, redactor)
         info = RunInfo(session_id="s", step=1, config=agent.config)
         for name, (tool_obj, arguments) in cases.items():
@@ -113,7 +114,7 @@ def decision_micro(repeats: int, calls: int) -> None:
         for _ in range(repeats):
             start = time.perf_counter()
             for _ in range(calls):
-                redactor.redact_json(event)
+                kernel_redaction.redact_data(event)
             per.append((time.perf_counter() - start) / calls * 1e6)
         print(
             f"   {label:<10} {'redact one event':<22} {statistics.median(per):7.1f} µs  [{min(per):.1f}]"

@@ -366,6 +366,74 @@ class RedactionProvider(Interceptor):
         return self._redaction
 
 
+#: Field names of the kernel's journal events, responses and audit records: ordinary
+#: words, never secrets, left out of the quick "anything to mask?" test (their values
+#: are tested). Without them "session_id" or "input_tokens" would send nearly every
+#: event down the slow path, since "session" and "token" start secret assignments.
+KERNEL_KEYS = frozenset(
+    [
+        "step",
+        "call_id",
+        "name",
+        "arguments",
+        "idempotent",
+        "decision",
+        "content",
+        "is_error",
+        "response",
+        "message",
+        "role",
+        "tool_calls",
+        "tool_call_id",
+        "id",
+        "usage",
+        "input_tokens",
+        "output_tokens",
+        "reasoning_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "requests",
+        "finish_reason",
+        "model",
+        "cost_usd",
+        "input",
+        "agent",
+        "config_hash",
+        "outcome",
+        "output",
+        "steps",
+        "error",
+        "risk",
+        "arguments_hash",
+        "reason",
+        "approval_id",
+        "expires_at",
+        "approved",
+        "decided_by",
+        "scope",
+        "stage",
+        "kind",
+        "budget",
+        "limit",
+        "used",
+        "after_seq",
+        "holder",
+        "policy",
+        "streamed",
+        "action",
+        "phase",
+        "tool",
+        "stages",
+        "sandbox",
+        "result_chars",
+        "session_id",
+        "rule",
+        "note",
+        "kinds",
+    ]
+)
+
+
 class KernelRedaction:
     """A :class:`Redactor` as the kernel's ``Redaction``: data with nothing to mask is
     passed on as it is (the kernel stores a serialised copy, so no copy is needed)."""
@@ -381,7 +449,7 @@ class KernelRedaction:
         return self._redactor.redact(text)
 
     def redact_data(self, data: Any) -> Any:
-        return self._redactor.redact_json(data)
+        return self._redactor.redact_json(data, known_keys=KERNEL_KEYS)
 
     def stream(self) -> StreamRedactor:
         return self._redactor.stream()

@@ -40,7 +40,6 @@ surrounded.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Collection, Iterable
 from typing import Any
@@ -213,11 +212,6 @@ class Redactor:
         self._all_hinted = all((d.hints or d.anchors or d.non_ascii_only) for d in self._detectors)
         self._hints = tuple(sorted({h for d in self._detectors for h in (d.hints or d.anchors)}))
         self._detector_hints = tuple((d, frozenset(d.hints or d.anchors)) for d in self._detectors)
-        # JSON text escapes quotes, backslashes and control characters: a literal holding
-        # one would not appear as such in a serialised value. (No hint holds one.)
-        self._dump_checkable = self._all_hinted and not any(
-            json.dumps(literal, ensure_ascii=False)[1:-1] != literal for literal in self._literals
-        )
 
     def __repr__(self) -> str:  # never shows the secrets themselves
         return f"Redactor(literals={len(self._literals)}, kinds={sorted(self._kinds)})"
@@ -282,26 +276,48 @@ class Redactor:
             return False
         return not any(literal in text for literal in self._literals)
 
-    def redact_json(self, obj: Any) -> Any:
+    def redact_json(self, obj: Any, *, known_keys: Collection[str] = ()) -> Any:
         """:meth:`redact_data`, except that a value with nothing to mask is returned
         as it is, not copied: for callers that neither keep nor change the result
         (the kernel, which stores a serialised copy anyway).
 
-        One test over the whole value, serialised, instead of one per string: a
-        journal event is a dozen short strings that almost never hold anything.
+        One test over all the strings of the value at once, instead of one per
+        string: a journal event is a dozen short strings that almost never hold
+        anything. ``known_keys`` are dict keys the caller's own schema uses (the
+        journal's field names): they are left out of that test, since masking
+        them would change nothing anyway; every value under them is tested.
         """
-        if self._dump_checkable and isinstance(obj, dict | list):
-            try:
-                dumped = json.dumps(obj, ensure_ascii=False)
-            except (TypeError, ValueError):
-                dumped = None
-            # Without escapes the serialised text holds every string verbatim, set off by
-            # quotes, which every detector treats as it treats the ends of a text: what
-            # would be masked in one of the strings is masked in the whole text too. A
-            # masked match that spans strings only sends us the slow way.
-            if dumped is not None and "\\" not in dumped and self._holds_nothing(dumped):
-                return obj
+        if isinstance(obj, dict | list):
+            parts: list[str] = []
+            if self._collect(obj, known_keys, parts):
+                # Each string verbatim, set off by quotes, which every detector treats as
+                # it treats the ends of a text: what would be masked in one of the
+                # strings is masked in the whole text too. A masked match that spans
+                # strings only sends us the slow way.
+                text = '"' + '" "'.join(parts) + '"'
+                if self._holds_nothing(text):
+                    return obj
         return self.redact_data(obj)
+
+    @classmethod
+    def _collect(cls, obj: Any, known_keys: Collection[str], parts: list[str]) -> bool:
+        """Gather the strings :meth:`redact_data` would redact; False for other objects."""
+        if isinstance(obj, str):
+            parts.append(obj)
+            return True
+        if isinstance(obj, dict):
+            for key, value in obj.items():
+                if isinstance(key, str):
+                    if key not in known_keys:
+                        parts.append(key)
+                elif not (key is None or isinstance(key, int | float)):
+                    return False
+                if not cls._collect(value, known_keys, parts):
+                    return False
+            return True
+        if isinstance(obj, list | tuple):
+            return all(cls._collect(item, known_keys, parts) for item in obj)
+        return obj is None or isinstance(obj, int | float)
 
     def stream(self) -> StreamRedactor:
         """A new :class:`StreamRedactor` masking what this redactor masks."""
