@@ -87,3 +87,23 @@ async def test_the_database_refuses_to_change_or_delete_audit_records(
         connection.execute(f"UPDATE \"{schema}\".sessions SET status = 'failed'")
         count = connection.execute(f'SELECT count(*) FROM "{schema}".audit').fetchone()
     assert count == (2,)
+
+
+@pytest.mark.anyio
+async def test_a_claimer_skips_a_job_another_transaction_has_locked(
+    pg_private_schema: tuple[str, str], pg_conninfo: str
+) -> None:
+    schema, url = pg_private_schema
+    async with SQLStore(url + "&busy_timeout=2") as store:
+        first, _ = await store.create_job(session_id="s", owner="o", request={"n": 1})
+        second, _ = await store.create_job(session_id="s", owner="o", request={"n": 2})
+        with psycopg.connect(pg_conninfo) as other:
+            # Another replica is in the middle of claiming the oldest job.
+            other.execute(f'SELECT id FROM "{schema}".jobs WHERE id = %s FOR UPDATE', (first.id,))
+            claimed = await store.claim_job("node-b", 30)
+            # Not blocked behind the lock (busy_timeout is 2 s), and not the locked job.
+            assert claimed is not None and claimed.id == second.id
+            other.rollback()
+        # Control: once the lock is gone, the oldest job is claimed.
+        claimed = await store.claim_job("node-b", 30)
+        assert claimed is not None and claimed.id == first.id

@@ -122,6 +122,14 @@ class FencedOut(StoreError):
     """This process's lease on a session was taken over; it must not write any more."""
 
 
+class JobNotFound(StoreError):
+    """No job with that id exists in the store."""
+
+
+class IdempotencyConflict(StoreError):
+    """An idempotency key was used again with a different request."""
+
+
 class SandboxError(KoboiError):
     """The sandbox refused or failed to run something."""
 

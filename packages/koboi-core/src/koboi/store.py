@@ -15,6 +15,9 @@ Beside the journal a store keeps:
   stored workflows, ...);
 - **counters** (:meth:`Store.counter_add`): atomic, expiring integer counters
   (rate limits that survive a restart);
+- **jobs**: runs queued for any process sharing the store to claim with a
+  fenced, expiring lease (:meth:`Store.claim_job`), created together with their
+  idempotency key in one transaction;
 - the provider **response cache**.
 """
 
@@ -31,7 +34,14 @@ from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, Literal
 
-from koboi.errors import FencedOut, LeaseHeld, SessionNotFound, StoreError
+from koboi.errors import (
+    FencedOut,
+    IdempotencyConflict,
+    JobNotFound,
+    LeaseHeld,
+    SessionNotFound,
+    StoreError,
+)
 
 SessionStatus = Literal["created", "running", "completed", "failed", "interrupted", "cancelled"]
 
@@ -100,6 +110,48 @@ class AuditEntry:
     data: Mapping[str, Any]
 
 
+JobStatus = Literal["queued", "running", "awaiting_approval", "completed", "failed", "cancelled"]
+
+#: A job in one of these states is done: it is never claimed again.
+TERMINAL_JOB_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A run queued for whichever process claims it (a background job).
+
+    While a process works on it, the job holds a lease (``holder``, ``fence``,
+    ``lease_expires_at``) that it must renew; once the lease has expired any
+    process may claim the job again, with a higher ``fence``, and every write of
+    the old holder is refused (:class:`~koboi.errors.FencedOut`).
+    """
+
+    id: str
+    session_id: str
+    owner: str | None
+    status: JobStatus
+    request: Mapping[str, Any]
+    created_at: float
+    updated_at: float
+    attempts: int = 0
+    holder: str | None = None
+    fence: int = 0
+    lease_expires_at: float | None = None
+    cancel_requested: bool = False
+    result: Mapping[str, Any] | None = None
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.status in TERMINAL_JOB_STATUSES
+
+
+def new_job_id() -> str:
+    """A random, URL-safe job id."""
+    return f"job_{uuid.uuid4().hex}"
+
+
 def _json_copy(data: Mapping[str, Any]) -> dict[str, Any]:
     copied: dict[str, Any] = json.loads(json.dumps(data, allow_nan=False))
     return copied
@@ -129,6 +181,15 @@ def holder_is_dead(holder: str) -> bool:
 
 def _expired(expires_at: float | None, now: float) -> bool:
     return expires_at is not None and expires_at <= now
+
+
+def _claimable(job: Job, now: float) -> bool:
+    """Queued, or held by a process whose lease has run out."""
+    if job.status == "queued":
+        return True
+    if job.status in ("running", "awaiting_approval"):
+        return job.lease_expires_at is None or job.lease_expires_at <= now
+    return False
 
 
 def new_session_id() -> str:
@@ -308,6 +369,87 @@ class Store(ABC):
     async def record_delete(self, kind: str, key: str) -> bool:
         """Delete a record; True when there was one (expired or not)."""
 
+    @abstractmethod
+    async def record_create(
+        self,
+        kind: str,
+        key: str,
+        data: Mapping[str, Any],
+        *,
+        expires_at: float | None = None,
+    ) -> bool:
+        """Store a record only if none (or only an expired one) is there; True if stored.
+
+        Atomic: of several processes creating the same key at once, exactly one
+        gets True (an idempotency key "in progress", a claim).
+        """
+
+    # -- jobs --------------------------------------------------------------------
+
+    @abstractmethod
+    async def create_job(
+        self,
+        *,
+        session_id: str,
+        owner: str | None,
+        request: Mapping[str, Any],
+        idempotency_key: str | None = None,
+        request_hash: str | None = None,
+    ) -> tuple[Job, bool]:
+        """Queue a job; return it and whether it was created now.
+
+        With ``idempotency_key`` (unique per owner), the key is stored in the same
+        transaction as the job: a second call with the same key and the same
+        ``request_hash`` returns the first job and False, even when both race;
+        with another ``request_hash`` it raises :class:`IdempotencyConflict`.
+        """
+
+    @abstractmethod
+    async def get_job(self, job_id: str) -> Job:
+        """The job, or :class:`JobNotFound`."""
+
+    @abstractmethod
+    async def list_jobs(
+        self, *, owner: str | None = None, status: JobStatus | None = None, limit: int = 50
+    ) -> list[Job]:
+        """Jobs, newest first, filtered by owner and status."""
+
+    @abstractmethod
+    async def claim_job(self, holder: str, ttl: float) -> Job | None:
+        """Take the oldest job that is queued, or whose holder's lease has expired.
+
+        The claimed job is ``running`` (a job ``awaiting_approval`` keeps that
+        status) with ``holder``, a higher ``fence``, one more attempt and a lease
+        of ``ttl`` seconds. A queued job whose cancellation was requested is
+        cancelled instead of claimed. Concurrent claimers never get the same job.
+        None when there is nothing to do.
+        """
+
+    @abstractmethod
+    async def renew_job(self, job: Job, ttl: float) -> Job:
+        """Extend the lease of a job still held with ``job.fence``, else :class:`FencedOut`.
+
+        The returned job shows whether cancellation was requested since.
+        """
+
+    @abstractmethod
+    async def update_job(
+        self,
+        job: Job,
+        *,
+        status: JobStatus,
+        result: Mapping[str, Any] | None = None,
+    ) -> Job:
+        """Set the status (and result) of a job held with ``job.fence``, else :class:`FencedOut`.
+
+        A terminal status releases the lease.
+        """
+
+    @abstractmethod
+    async def cancel_job(self, job_id: str) -> Job:
+        """Cancel: a queued job at once; a running one is marked ``cancel_requested``
+        for its holder to act on; a finished one is left as it is."""
+
     # -- counters --------------------------------------------------------------
 
     @abstractmethod
@@ -348,6 +490,7 @@ class InMemoryStore(Store):
         self._audit: list[AuditEntry] = []
         self._records: dict[tuple[str, str], tuple[dict[str, Any], float | None]] = {}
         self._counters: dict[str, tuple[int, float | None]] = {}
+        self._jobs: dict[str, Job] = {}
 
     async def create_session(
         self,
@@ -534,6 +677,141 @@ class InMemoryStore(Store):
 
     async def record_delete(self, kind: str, key: str) -> bool:
         return self._records.pop((kind, key), None) is not None
+
+    async def record_create(
+        self,
+        kind: str,
+        key: str,
+        data: Mapping[str, Any],
+        *,
+        expires_at: float | None = None,
+    ) -> bool:
+        found = self._records.get((kind, key))
+        if found is not None and not _expired(found[1], time.time()):
+            return False
+        await self.record_put(kind, key, data, expires_at=expires_at)
+        return True
+
+    async def create_job(
+        self,
+        *,
+        session_id: str,
+        owner: str | None,
+        request: Mapping[str, Any],
+        idempotency_key: str | None = None,
+        request_hash: str | None = None,
+    ) -> tuple[Job, bool]:
+        if idempotency_key is not None:
+            for job in self._jobs.values():
+                if job.owner == owner and job.idempotency_key == idempotency_key:
+                    if job.request_hash != request_hash:
+                        raise IdempotencyConflict(
+                            f"idempotency key {idempotency_key!r} was used for another request"
+                        )
+                    return job, False
+        now = time.time()
+        try:
+            copied = _json_copy(request)
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"job request must be JSON: {exc}") from None
+        job = Job(
+            id=new_job_id(),
+            session_id=session_id,
+            owner=owner,
+            status="queued",
+            request=copied,
+            created_at=now,
+            updated_at=now,
+            idempotency_key=idempotency_key,
+            request_hash=request_hash,
+        )
+        self._jobs[job.id] = job
+        return job, True
+
+    async def get_job(self, job_id: str) -> Job:
+        try:
+            return self._jobs[job_id]
+        except KeyError:
+            raise JobNotFound(f"no job {job_id!r} in this store") from None
+
+    async def list_jobs(
+        self, *, owner: str | None = None, status: JobStatus | None = None, limit: int = 50
+    ) -> list[Job]:
+        found = [
+            j
+            for j in self._jobs.values()
+            if (owner is None or j.owner == owner) and (status is None or j.status == status)
+        ]
+        found.sort(key=lambda j: j.created_at, reverse=True)
+        return found[: max(limit, 0)]
+
+    async def claim_job(self, holder: str, ttl: float) -> Job | None:
+        now = time.time()
+        for job in sorted(self._jobs.values(), key=lambda j: j.created_at):
+            if job.status == "queued" and job.cancel_requested:
+                self._jobs[job.id] = replace(job, status="cancelled", updated_at=now)
+                continue
+            if _claimable(job, now):
+                claimed = replace(
+                    job,
+                    status="awaiting_approval" if job.status == "awaiting_approval" else "running",
+                    holder=holder,
+                    fence=job.fence + 1,
+                    attempts=job.attempts + 1,
+                    lease_expires_at=now + ttl,
+                    updated_at=now,
+                )
+                self._jobs[job.id] = claimed
+                return claimed
+        return None
+
+    def _held(self, job: Job) -> Job:
+        current = self._jobs.get(job.id)
+        if current is None:
+            raise JobNotFound(f"no job {job.id!r} in this store")
+        if current.fence != job.fence or current.holder != job.holder or current.done:
+            raise FencedOut(
+                f"job {job.id!r} is no longer held by {job.holder} (fence {job.fence}); "
+                "this process must stop working on it"
+            )
+        return current
+
+    async def renew_job(self, job: Job, ttl: float) -> Job:
+        current = self._held(job)
+        renewed = replace(current, lease_expires_at=time.time() + ttl)
+        self._jobs[job.id] = renewed
+        return renewed
+
+    async def update_job(
+        self,
+        job: Job,
+        *,
+        status: JobStatus,
+        result: Mapping[str, Any] | None = None,
+    ) -> Job:
+        current = self._held(job)
+        done = status in TERMINAL_JOB_STATUSES
+        updated = replace(
+            current,
+            status=status,
+            result=_json_copy(result) if result is not None else current.result,
+            updated_at=time.time(),
+            lease_expires_at=None if done else current.lease_expires_at,
+            holder=None if done else current.holder,
+        )
+        self._jobs[job.id] = updated
+        return updated
+
+    async def cancel_job(self, job_id: str) -> Job:
+        job = await self.get_job(job_id)
+        if job.done:
+            return job
+        if job.status == "queued":
+            job = replace(job, status="cancelled", cancel_requested=True, updated_at=time.time())
+        else:
+            job = replace(job, cancel_requested=True, updated_at=time.time())
+        self._jobs[job_id] = job
+        return job
 
     async def counter_add(self, key: str, amount: int = 1, *, expires_at: float | None) -> int:
         value, expiry = self._counters.get(key, (0, expires_at))

@@ -7,7 +7,17 @@ an old database is upgraded).
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Float, ForeignKey, Integer, MetaData, Table, Text
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+)
 
 #: alembic's bookkeeping table; named for koboi so a PostgreSQL database shared
 #: with another alembic-managed application does not mix up the two histories.
@@ -87,6 +97,27 @@ counters = Table(
     Column("expires_at", Float, nullable=True),
 )
 
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("session_id", Text, nullable=False),
+    Column("owner", Text, nullable=True),
+    Column("owner_key", Text, nullable=False, default=""),
+    Column("status", Text, nullable=False),
+    Column("request", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("holder", Text, nullable=True),
+    Column("fence", BigInteger, nullable=False, default=0),
+    Column("lease_expires_at", Float, nullable=True),
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("result", Text, nullable=True),
+    Column("idempotency_key", Text, nullable=True),
+    Column("request_hash", Text, nullable=True),
+)
+
 TABLES = frozenset(
     {
         "sessions",
@@ -96,6 +127,7 @@ TABLES = frozenset(
         "audit",
         "records",
         "counters",
+        "jobs",
         VERSION_TABLE,
     }
 )

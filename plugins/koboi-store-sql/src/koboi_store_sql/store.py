@@ -23,24 +23,35 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio.to_thread
-from sqlalchemy import bindparam, case, func, insert, select, update
+from sqlalchemy import and_, bindparam, case, func, insert, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from koboi.errors import FencedOut, LeaseHeld, SessionNotFound, StoreError
+from koboi.errors import (
+    FencedOut,
+    IdempotencyConflict,
+    JobNotFound,
+    LeaseHeld,
+    SessionNotFound,
+    StoreError,
+)
 from koboi.store import (
+    TERMINAL_JOB_STATUSES,
     AuditEntry,
+    Job,
+    JobStatus,
     JournalEvent,
     Lease,
     NewEvent,
     SessionInfo,
     SessionStatus,
     Store,
+    new_job_id,
     new_session_id,
 )
 from koboi_store_sql import database as db
 from koboi_store_sql.schema import audit as audit_table
-from koboi_store_sql.schema import counters, leases, records, response_cache, sessions
+from koboi_store_sql.schema import counters, jobs, leases, records, response_cache, sessions
 from koboi_store_sql.schema import events as events_table
 from koboi_store_sql.url import StoreURL, parse_store_url
 
@@ -92,6 +103,32 @@ def _session(row: Any) -> SessionInfo:
         metadata=json.loads(row.metadata),
         last_seq=int(row.last_seq),
     )
+
+
+def _job_from(values: Mapping[str, Any]) -> Job:
+    """A :class:`Job` from a row's columns (JSON columns still encoded)."""
+    result = values.get("result")
+    return Job(
+        id=values["id"],
+        session_id=values["session_id"],
+        owner=values["owner"],
+        status=values["status"],
+        request=json.loads(values["request"]),
+        created_at=float(values["created_at"]),
+        updated_at=float(values["updated_at"]),
+        attempts=int(values["attempts"]),
+        holder=values.get("holder"),
+        fence=int(values["fence"]),
+        lease_expires_at=values.get("lease_expires_at"),
+        cancel_requested=bool(values["cancel_requested"]),
+        result=json.loads(result) if result is not None else None,
+        idempotency_key=values.get("idempotency_key"),
+        request_hash=values.get("request_hash"),
+    )
+
+
+def _job(row: Any) -> Job:
+    return _job_from(row._mapping)
 
 
 def _dialect(connection: Connection) -> Any:
@@ -552,6 +589,229 @@ class SQLStore(Store):
             return bool(result.rowcount)
 
         return await self._write(delete_)
+
+    async def record_create(
+        self,
+        kind: str,
+        key: str,
+        data: Mapping[str, Any],
+        *,
+        expires_at: float | None = None,
+    ) -> bool:
+        encoded = _encode(data)
+
+        def create(connection: Connection) -> bool:
+            now = time.time()
+            found = connection.execute(
+                select(records.c.expires_at)
+                .where(records.c.kind == kind, records.c.key == key)
+                .with_for_update()
+            ).first()
+            values = {"data": encoded, "expires_at": expires_at, "updated_at": now}
+            if found is None:
+                # Two creators may both find nothing (PostgreSQL locks no missing row):
+                # the primary key lets one insert win; the savepoint keeps the loser's
+                # transaction usable.
+                try:
+                    with connection.begin_nested():
+                        connection.execute(insert(records).values(kind=kind, key=key, **values))
+                except IntegrityError:
+                    return False
+                return True
+            if found.expires_at is None or found.expires_at > now:
+                return False
+            connection.execute(
+                update(records).where(records.c.kind == kind, records.c.key == key).values(**values)
+            )
+            return True
+
+        return await self._write(create)
+
+    # -- jobs -----------------------------------------------------------------------
+
+    async def create_job(
+        self,
+        *,
+        session_id: str,
+        owner: str | None,
+        request: Mapping[str, Any],
+        idempotency_key: str | None = None,
+        request_hash: str | None = None,
+    ) -> tuple[Job, bool]:
+        encoded = _encode(request)
+
+        def existing(connection: Connection) -> Job | None:
+            if idempotency_key is None:
+                return None
+            row = connection.execute(
+                select(jobs).where(
+                    jobs.c.owner_key == (owner or ""), jobs.c.idempotency_key == idempotency_key
+                )
+            ).first()
+            if row is None:
+                return None
+            if row.request_hash != request_hash:
+                raise IdempotencyConflict(
+                    f"idempotency key {idempotency_key!r} was used for another request"
+                )
+            return _job(row)
+
+        def create(connection: Connection) -> tuple[Job, bool]:
+            found = existing(connection)
+            if found is not None:
+                return found, False
+            now = time.time()
+            values = {
+                "id": new_job_id(),
+                "session_id": session_id,
+                "owner": owner,
+                "owner_key": owner or "",
+                "status": "queued",
+                "request": encoded,
+                "created_at": now,
+                "updated_at": now,
+                "attempts": 0,
+                "fence": 0,
+                "cancel_requested": False,
+                "idempotency_key": idempotency_key,
+                "request_hash": request_hash,
+            }
+            try:
+                with connection.begin_nested():
+                    connection.execute(insert(jobs).values(**values))
+            except IntegrityError:
+                # Another request with the same key committed first: theirs is the job.
+                raced = existing(connection)
+                if raced is None:
+                    raise
+                return raced, False
+            return _job_from(values), True
+
+        return await self._write(create)
+
+    async def get_job(self, job_id: str) -> Job:
+        def get(connection: Connection) -> Job:
+            row = connection.execute(select(jobs).where(jobs.c.id == job_id)).first()
+            if row is None:
+                raise JobNotFound(f"no job {job_id!r} in this store")
+            return _job(row)
+
+        return await self._read(get)
+
+    async def list_jobs(
+        self, *, owner: str | None = None, status: JobStatus | None = None, limit: int = 50
+    ) -> list[Job]:
+        query = select(jobs).order_by(jobs.c.created_at.desc()).limit(max(limit, 0))
+        if owner is not None:
+            query = query.where(jobs.c.owner_key == owner)
+        if status is not None:
+            query = query.where(jobs.c.status == status)
+
+        def list_(connection: Connection) -> list[Job]:
+            return [_job(row) for row in connection.execute(query)]
+
+        return await self._read(list_)
+
+    async def claim_job(self, holder: str, ttl: float) -> Job | None:
+        def claim(connection: Connection) -> Job | None:
+            now = time.time()
+            connection.execute(
+                update(jobs)
+                .where(jobs.c.status == "queued", jobs.c.cancel_requested.is_(True))
+                .values(status="cancelled", updated_at=now)
+            )
+            expired = or_(jobs.c.lease_expires_at.is_(None), jobs.c.lease_expires_at <= now)
+            # SKIP LOCKED: on PostgreSQL, concurrent claimers pass over each other's
+            # candidate instead of waiting for it. (SQLite serialises writers anyway.)
+            row = connection.execute(
+                select(jobs)
+                .where(
+                    or_(
+                        jobs.c.status == "queued",
+                        and_(jobs.c.status.in_(("running", "awaiting_approval")), expired),
+                    )
+                )
+                .order_by(jobs.c.created_at)
+                .limit(1)
+                .with_for_update(skip_locked=True)
+            ).first()
+            if row is None:
+                return None
+            values = {
+                "status": "awaiting_approval" if row.status == "awaiting_approval" else "running",
+                "holder": holder,
+                "fence": int(row.fence) + 1,
+                "attempts": int(row.attempts) + 1,
+                "lease_expires_at": now + ttl,
+                "updated_at": now,
+            }
+            connection.execute(update(jobs).where(jobs.c.id == row.id).values(**values))
+            return _job_from({**row._mapping, **values})
+
+        return await self._write(claim)
+
+    def _held(self, connection: Connection, job: Job) -> Any:
+        row = connection.execute(select(jobs).where(jobs.c.id == job.id).with_for_update()).first()
+        if row is None:
+            raise JobNotFound(f"no job {job.id!r} in this store")
+        if (
+            int(row.fence) != job.fence
+            or row.holder != job.holder
+            or row.status in TERMINAL_JOB_STATUSES
+        ):
+            raise FencedOut(
+                f"job {job.id!r} is no longer held by {job.holder} (fence {job.fence}); "
+                "this process must stop working on it"
+            )
+        return row
+
+    async def renew_job(self, job: Job, ttl: float) -> Job:
+        def renew(connection: Connection) -> Job:
+            row = self._held(connection, job)
+            values = {"lease_expires_at": time.time() + ttl}
+            connection.execute(update(jobs).where(jobs.c.id == job.id).values(**values))
+            return _job_from({**row._mapping, **values})
+
+        return await self._write(renew)
+
+    async def update_job(
+        self,
+        job: Job,
+        *,
+        status: JobStatus,
+        result: Mapping[str, Any] | None = None,
+    ) -> Job:
+        encoded = _encode(result) if result is not None else None
+
+        def update_(connection: Connection) -> Job:
+            row = self._held(connection, job)
+            values: dict[str, Any] = {"status": status, "updated_at": time.time()}
+            if encoded is not None:
+                values["result"] = encoded
+            if status in TERMINAL_JOB_STATUSES:
+                values.update(holder=None, lease_expires_at=None)
+            connection.execute(update(jobs).where(jobs.c.id == job.id).values(**values))
+            merged = {**row._mapping, **values}
+            return _job_from(merged)
+
+        return await self._write(update_)
+
+    async def cancel_job(self, job_id: str) -> Job:
+        def cancel(connection: Connection) -> Job:
+            row = connection.execute(
+                select(jobs).where(jobs.c.id == job_id).with_for_update()
+            ).first()
+            if row is None:
+                raise JobNotFound(f"no job {job_id!r} in this store")
+            if row.status in TERMINAL_JOB_STATUSES:
+                return _job(row)
+            values: dict[str, Any] = {"cancel_requested": True, "updated_at": time.time()}
+            if row.status == "queued":
+                values["status"] = "cancelled"
+            connection.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
+            return _job_from({**row._mapping, **values})
+
+        return await self._write(cancel)
 
     # -- counters -------------------------------------------------------------------
 

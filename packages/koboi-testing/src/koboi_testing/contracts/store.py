@@ -12,7 +12,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from koboi.errors import FencedOut, LeaseHeld, SessionNotFound, StoreError
+from koboi.errors import (
+    FencedOut,
+    IdempotencyConflict,
+    JobNotFound,
+    LeaseHeld,
+    SessionNotFound,
+    StoreError,
+)
 from koboi.store import JournalEvent, Lease, NewEvent, SessionInfo, Store
 
 # A pause long enough for any store's clock to tell two writes apart.
@@ -802,3 +809,180 @@ class StoreContract:
             for _ in range(20):
                 tg.start_soon(add)
         assert await store.counter_add(key, 0, expires_at=None) == 20
+
+    @pytest.mark.anyio
+    async def test_record_create_succeeds_once_until_the_record_expires(self, store: Store) -> None:
+        kind = _unique("claims")
+        assert await store.record_create(kind, "k", {"by": "a"}, expires_at=time.time() + _TTL)
+        assert not await store.record_create(kind, "k", {"by": "b"})
+        assert await store.record_get(kind, "k") == {"by": "a"}
+        await anyio.sleep(_TTL + 0.1)
+        assert await store.record_create(kind, "k", {"by": "c"})
+        assert await store.record_get(kind, "k") == {"by": "c"}
+
+    @pytest.mark.anyio
+    async def test_concurrent_record_creates_have_one_winner(self, store: Store) -> None:
+        kind = _unique("race")
+        wins: list[int] = []
+
+        async def create(n: int) -> None:
+            if await store.record_create(kind, "k", {"n": n}):
+                wins.append(n)
+
+        async with anyio.create_task_group() as tg:
+            for n in range(10):
+                tg.start_soon(create, n)
+        assert len(wins) == 1
+        assert await store.record_get(kind, "k") == {"n": wins[0]}
+
+    # -- jobs ----------------------------------------------------------------------
+
+    async def _drain(self, store: Store) -> None:
+        """Claim and finish whatever other tests left queued (a shared store)."""
+        while (job := await store.claim_job("drainer", 60)) is not None:
+            await store.update_job(job, status="failed", result={"drained": True})
+
+    @pytest.mark.anyio
+    async def test_a_job_is_created_queued_and_found_by_owner_and_status(
+        self, store: Store
+    ) -> None:
+        owner = _unique("owner")
+        job, created = await store.create_job(
+            session_id="s1", owner=owner, request={"input": "go", "n": [1]}
+        )
+        assert created and job.status == "queued" and job.id.startswith("job_")
+        assert dict(job.request) == {"input": "go", "n": [1]}
+        assert await store.get_job(job.id) == job
+        other, _ = await store.create_job(session_id="s2", owner=owner, request={})
+        assert [j.id for j in await store.list_jobs(owner=owner)] == [other.id, job.id]
+        assert await store.list_jobs(owner=_unique("nobody")) == []
+        assert [j.id for j in await store.list_jobs(owner=owner, status="queued", limit=1)] == [
+            other.id
+        ]
+        with pytest.raises(JobNotFound):
+            await store.get_job("job_missing")
+
+    @pytest.mark.anyio
+    async def test_an_idempotency_key_gives_back_the_same_job(self, store: Store) -> None:
+        owner = _unique("owner")
+        first, created = await store.create_job(
+            session_id="s", owner=owner, request={"a": 1}, idempotency_key="k1", request_hash="h1"
+        )
+        again, created_again = await store.create_job(
+            session_id="s-other",
+            owner=owner,
+            request={"a": 1},
+            idempotency_key="k1",
+            request_hash="h1",
+        )
+        assert created and not created_again and again.id == first.id
+        with pytest.raises(IdempotencyConflict):
+            await store.create_job(
+                session_id="s",
+                owner=owner,
+                request={"a": 2},
+                idempotency_key="k1",
+                request_hash="h2",
+            )
+        # Keys are scoped to the owner.
+        theirs, created_theirs = await store.create_job(
+            session_id="s",
+            owner=_unique("owner"),
+            request={},
+            idempotency_key="k1",
+            request_hash="h9",
+        )
+        assert created_theirs and theirs.id != first.id
+
+    @pytest.mark.anyio
+    async def test_concurrent_requests_with_one_key_create_one_job(self, store: Store) -> None:
+        owner = _unique("owner")
+        made: list[tuple[str, bool]] = []
+
+        async def create() -> None:
+            job, created = await store.create_job(
+                session_id="s", owner=owner, request={}, idempotency_key="same", request_hash="h"
+            )
+            made.append((job.id, created))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(20):
+                tg.start_soon(create)
+        assert len({job_id for job_id, _ in made}) == 1
+        assert sum(created for _, created in made) == 1
+        assert len(await store.list_jobs(owner=owner)) == 1
+
+    @pytest.mark.anyio
+    async def test_claims_are_exclusive_fenced_and_taken_over_after_expiry(
+        self, store: Store
+    ) -> None:
+        await self._drain(store)
+        job, _ = await store.create_job(session_id="s", owner=_unique("o"), request={})
+        first = await store.claim_job("node-a", _TTL)
+        assert first is not None and first.id == job.id
+        assert (first.status, first.holder, first.fence, first.attempts) == (
+            "running",
+            "node-a",
+            1,
+            1,
+        )
+        assert await store.claim_job("node-b", _TTL) is None  # held
+        renewed = await store.renew_job(first, _TTL)
+        assert renewed.lease_expires_at is not None and first.lease_expires_at is not None
+        assert renewed.lease_expires_at >= first.lease_expires_at
+        await anyio.sleep(_TTL + 0.1)
+        second = await store.claim_job("node-b", 30)
+        assert second is not None and second.id == job.id
+        assert (second.holder, second.fence, second.attempts) == ("node-b", 2, 2)
+        # The first holder is fenced out of every write.
+        with pytest.raises(FencedOut):
+            await store.renew_job(first, 30)
+        with pytest.raises(FencedOut):
+            await store.update_job(first, status="completed", result={"by": "a"})
+        waiting = await store.update_job(second, status="awaiting_approval")
+        assert waiting.status == "awaiting_approval" and waiting.holder == "node-b"
+        done = await store.update_job(waiting, status="completed", result={"output": "ok"})
+        assert (done.status, done.holder, dict(done.result or {})) == (
+            "completed",
+            None,
+            {"output": "ok"},
+        )
+        assert await store.claim_job("node-c", 30) is None  # finished jobs are never claimed
+        with pytest.raises(FencedOut):
+            await store.update_job(waiting, status="failed")
+
+    @pytest.mark.anyio
+    async def test_concurrent_claimers_never_share_a_job(self, store: Store) -> None:
+        await self._drain(store)
+        owner = _unique("o")
+        for _ in range(5):
+            await store.create_job(session_id="s", owner=owner, request={})
+        claimed: list[str] = []
+
+        async def worker(name: str) -> None:
+            while (job := await store.claim_job(name, 30)) is not None:
+                claimed.append(job.id)
+
+        async with anyio.create_task_group() as tg:
+            for n in range(4):
+                tg.start_soon(worker, f"w{n}")
+        assert len(claimed) == len(set(claimed)) == 5
+
+    @pytest.mark.anyio
+    async def test_cancelling_a_queued_and_a_running_job(self, store: Store) -> None:
+        await self._drain(store)
+        owner = _unique("o")
+        running, _ = await store.create_job(session_id="s", owner=owner, request={"n": 1})
+        claimed = await store.claim_job("node", 30)
+        assert claimed is not None and claimed.id == running.id
+        queued, _ = await store.create_job(session_id="s", owner=owner, request={"n": 2})
+        cancelled = await store.cancel_job(queued.id)
+        assert cancelled.status == "cancelled"
+        assert await store.claim_job("node-2", 30) is None  # a cancelled job is not claimed
+        asked = await store.cancel_job(running.id)
+        assert asked.status == "running" and asked.cancel_requested
+        assert (await store.renew_job(claimed, 30)).cancel_requested  # the holder learns it
+        finished = await store.update_job(claimed, status="cancelled")
+        assert (await store.cancel_job(running.id)).status == finished.status == "cancelled"
+        with pytest.raises(JobNotFound):
+            await store.cancel_job("job_missing")
