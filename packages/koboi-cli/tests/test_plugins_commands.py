@@ -45,6 +45,12 @@ class DemoPlugin:
     def koboi_register_commands(self, register: Callable[..., None]) -> None:
         register("demo-hello", "koboi_cli_demo_missing:app", help="Say hello.")
 
+    @hookimpl
+    def koboi_register_run_sources(self, register: Callable[..., None]) -> None:
+        register(
+            "demo-files", "koboi_cli_demo_missing:run", suffixes=(".demo",), description="Demo."
+        )
+
 
 class BrokenRegistration:
     @hookimpl
@@ -104,6 +110,7 @@ def test_inspect_json_lists_registrations(runner: CliRunner, use_host: UseHost) 
     assert data["hooks"] == [
         "koboi_register_commands",
         "koboi_register_config_sections",
+        "koboi_register_run_sources",
         "koboi_register_tools",
     ]
     registered = data["registered"]
@@ -116,6 +123,14 @@ def test_inspect_json_lists_registrations(runner: CliRunner, use_host: UseHost) 
     assert tools["later"]["factory"] is True
     assert registered["commands"] == [
         {"name": "demo-hello", "description": "Say hello.", "target": "koboi_cli_demo_missing:app"}
+    ]
+    assert registered["run_sources"] == [
+        {
+            "name": "demo-files",
+            "description": "Demo.",
+            "target": "koboi_cli_demo_missing:run",
+            "suffixes": [".demo"],
+        }
     ]
 
 

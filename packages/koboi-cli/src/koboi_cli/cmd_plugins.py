@@ -92,6 +92,10 @@ def registrations(plugin_host: PluginHost, plugin_id: str) -> dict[str, list[dic
         ],
         "stores": [_entry(e) for e in catalog.stores.by_plugin(plugin_id)],
         "commands": [_entry(e, target=e.target) for e in catalog.commands.by_plugin(plugin_id)],
+        "run_sources": [
+            _entry(e, target=e.target, suffixes=list(e.extra.get("suffixes", ())))
+            for e in catalog.run_sources.by_plugin(plugin_id)
+        ],
     }
 
 
@@ -152,6 +156,9 @@ def _suffix(kind: str, entry: dict[str, Any]) -> str:
             parts.append(f"risk {entry['risk']}")
             parts.append("idempotent" if entry["idempotent"] else "not idempotent")
     if kind == "commands":
+        parts.append(entry["target"])
+    if kind == "run_sources":
+        parts.append(", ".join(entry["suffixes"]))
         parts.append(entry["target"])
     text = f" [{', '.join(parts)}]" if parts else ""
     description = " ".join(str(entry.get("description") or "").split())
