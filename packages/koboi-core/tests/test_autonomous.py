@@ -103,3 +103,18 @@ async def test_each_destructive_call_is_checked_again(tmp_path: Path) -> None:
     assert refused[0].data["stage"] == "sandbox"
     assert "autonomous" in refused[0].data["reason"]
     assert not any(e.type == J.TOOL_CALL_STARTED for e in events)
+
+
+@pytest.mark.parametrize("autonomous", [True, False])
+async def test_the_journal_records_whether_a_run_was_autonomous(autonomous: bool) -> None:
+    agent = KoboiAgent.from_dict(
+        {"llm": {"provider": "scripted", "script": ["ok"]}},
+        store=InMemoryStore(),
+        autonomous=autonomous,
+    )
+    async with agent:
+        result = await agent.run("go")
+        (started,) = [
+            e for e in await agent.store.read(result.session_id) if e.type == J.RUN_STARTED
+        ]
+    assert started.data["autonomous"] is autonomous

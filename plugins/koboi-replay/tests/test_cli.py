@@ -179,7 +179,12 @@ def test_an_interrupted_session_and_a_running_one(config: Path, tmp_path: Path) 
                 "s-running", config_name="durable", config_hash=digest
             )
             await store.acquire_lease(info.id, holder, 60)
-            data = {"input": "6 * 7", "agent": "durable", "config_hash": digest}
+            data = {
+                "input": "6 * 7",
+                "agent": "durable",
+                "config_hash": digest,
+                "autonomous": False,
+            }
             # What the loop commits first, in one transaction; the process "dies" in the
             # model call that follows.
             started = [NewEvent("run_started", data), NewEvent("model_call_started", {"step": 1})]

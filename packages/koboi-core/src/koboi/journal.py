@@ -8,7 +8,7 @@ rebuilds from it.
 Event types and their data (all JSON):
 
 =========================  ============================================================
-``run_started``            ``input`` (user text), ``agent``, ``config_hash``
+``run_started``            ``input`` (user text), ``agent``, ``config_hash``, ``autonomous``
 ``model_call_started``     ``step``
 ``model_call_finished``    ``step``, ``response`` (a dumped ModelResponse)
 ``model_call_failed``      ``step``, ``error``, ``streamed`` (text delivered before it failed)

@@ -356,6 +356,8 @@ class AgentRun:
                     "input": user_input,
                     "agent": config.agent.name,
                     "config_hash": config.config_hash,
+                    # Who could approve: nobody, in a job, a schedule or an A2A call.
+                    "autonomous": self.parts.autonomous,
                 },
                 commit=False,
             )

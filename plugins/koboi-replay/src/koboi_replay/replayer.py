@@ -150,6 +150,8 @@ async def replay_bundle(
         sandbox=sandbox,
         approver=ReplayApprover(approvals, cursor),
         extra_tools=extra_tools,
+        # As recorded: an autonomous run (a job) decides differently (the C3 rule).
+        autonomous=bool(events[0].data.get("autonomous", False)),
     )
     notes = environment.differences(mapping(bundle.manifest.get("versions")), host)
     started = time.perf_counter()
