@@ -1,0 +1,456 @@
+"""The routes: health, chat, sessions and their events, approvals.
+
+Every ``/v1`` route acts for the principal of the request's key (see
+:mod:`koboi_server.middleware`). Whatever belongs to another principal answers
+exactly as what does not exist: 404 ``not_found``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+import anyio
+from fastapi import APIRouter, Depends, Header, Query, Request, Security
+from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.security import HTTPBearer
+
+from koboi.errors import SessionNotFound, StoreError
+from koboi.store import SessionInfo, SessionStatus
+from koboi_server.errors import ApiError, not_found, unauthorized
+from koboi_server.keys import Principal
+from koboi_server.middleware import PRINCIPAL_KEY
+from koboi_server.models import (
+    ApprovalList,
+    ApprovalView,
+    ChatRequest,
+    ChatResult,
+    DecisionRequest,
+    ErrorEnvelope,
+    Health,
+    Ready,
+    SessionList,
+    SessionView,
+)
+from koboi_server.runs import ORIGIN, ActiveRun
+from koboi_server.sse import SessionStream
+from koboi_server.state import ServerState
+
+_bearer = HTTPBearer(auto_error=False, description="An API key from 'koboi keys create'.")
+
+
+def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    meaning = {
+        401: "Missing, malformed or revoked API key.",
+        404: "No such object, or it belongs to another principal.",
+        409: "The object is not in a state that allows this.",
+        413: "The body is larger than server.max_body_bytes.",
+        422: "The request is not valid (the message says what to fix).",
+        429: "Too many runs in progress; retry after Retry-After seconds.",
+        503: "The server is shutting down, or its store is unreachable.",
+    }
+    return {s: {"model": ErrorEnvelope, "description": meaning[s]} for s in statuses}
+
+
+_SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Server-sent events; see docs/server.md for the events and their ids.",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
+
+
+def state_of(request: Request) -> ServerState:
+    state: ServerState = request.app.state.koboi
+    return state
+
+
+def principal_of(request: Request) -> Principal:
+    principal = request.scope.get(PRINCIPAL_KEY)
+    if not isinstance(principal, Principal):
+        raise unauthorized("this route needs an API key: send 'Authorization: Bearer <key>'")
+    return principal
+
+
+def current_principal(request: Request) -> Principal:
+    """Dependency for routes added with ``extra_routes``: who the request acts for."""
+    return principal_of(request)
+
+
+StateDep = Annotated[ServerState, Depends(state_of)]
+PrincipalDep = Annotated[Principal, Depends(principal_of)]
+
+
+def _token(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+async def owned_session(state: ServerState, session_id: str, principal: Principal) -> SessionInfo:
+    """The session if it is the principal's; 404 otherwise (also when it does not exist)."""
+    if not 0 < len(session_id) <= 200:
+        raise not_found("session", session_id[:200])
+    try:
+        info = await state.store.get_session(session_id)
+    except SessionNotFound:
+        raise not_found("session", session_id) from None
+    if info.owner != principal.name:
+        raise not_found("session", session_id)
+    return info
+
+
+def _session_view(state: ServerState, info: SessionInfo) -> SessionView:
+    return SessionView(
+        id=info.id,
+        status=info.status,
+        created_at=info.created_at,
+        updated_at=info.updated_at,
+        last_event_id=info.last_seq,
+        running_here=info.id in state.registry.runs,
+    )
+
+
+def _sse(stream: SessionStream) -> StreamingResponse:
+    return StreamingResponse(
+        stream.frames(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+# -- health ----------------------------------------------------------------------------
+
+health = APIRouter(tags=["health"])
+
+
+@health.get("/healthz", response_model=Health, summary="The process is up")
+async def healthz() -> Health:
+    return Health(status="ok")
+
+
+@health.get(
+    "/readyz",
+    response_model=Ready,
+    summary="The store is reachable and the server accepts work",
+    responses=_errors(503),
+)
+async def readyz(state: StateDep) -> Ready:
+    if state.registry.draining:
+        raise ApiError(
+            503, "draining", "this server is shutting down", headers={"Retry-After": "5"}
+        )
+    try:
+        with anyio.fail_after(5):
+            await state.store.list_sessions(limit=1)
+            revision = getattr(state.store, "schema_revision", None)
+            current = await revision() if callable(revision) else None
+    except (StoreError, TimeoutError) as exc:
+        raise ApiError(
+            503, "store_unavailable", f"the store is not reachable: {exc or 'timed out'}"
+        ) from None
+    return Ready(status="ready", store=state.store.name, schema_revision=current)
+
+
+# -- chat ---------------------------------------------------------------------------------
+
+v1 = APIRouter(prefix="/v1", dependencies=[Security(_bearer)])
+
+
+async def _session_for_chat(
+    state: ServerState, body: ChatRequest, principal: Principal
+) -> SessionInfo:
+    limit = state.settings.max_message_chars
+    if len(body.message) > limit:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"message: {len(body.message)} characters, more than the {limit} allowed "
+            "(server.max_message_chars)",
+        )
+    if body.session_id is not None:
+        return await owned_session(state, body.session_id, principal)
+    state.registry.admit(principal.name)
+    config = state.config
+    return await state.store.create_session(
+        config_name=config.agent.name,
+        config_hash=config.config_hash,
+        owner=principal.name,
+        metadata={"origin": ORIGIN},
+    )
+
+
+@v1.post(
+    "/chat",
+    response_model=ChatResult,
+    summary="Run a message to its end and return the result",
+    responses={
+        202: {"model": ChatResult, "description": "The run waits for an approval, or still runs."},
+        **_errors(401, 404, 409, 413, 422, 429, 503),
+    },
+    tags=["chat"],
+)
+async def chat(body: ChatRequest, state: StateDep, principal: PrincipalDep) -> Any:
+    """Run ``message`` (in a new session, or ``session_id`` of yours) and wait for its end.
+
+    The run does not depend on this request: if the client goes away, it goes on.
+    Answers 202 when the run waits for an approval (decide it with
+    ``POST /v1/approvals/{id}``, then follow ``GET /v1/sessions/{id}/events``) or is
+    still running after ``server.chat_wait_seconds``.
+    """
+    info = await _session_for_chat(state, body, principal)
+    active = await state.registry.start(info.id, principal.name, body.message)
+    deadline = time.monotonic() + state.settings.chat_wait_seconds
+    while not active.done.is_set() and not active.awaiting:
+        if state.registry.draining and active.parked:
+            break
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        changed = active.changed
+        with anyio.move_on_after(min(left, 1.0)):
+            await changed.wait()
+    return await _chat_answer(state, active, principal)
+
+
+async def _chat_answer(state: ServerState, active: ActiveRun, principal: Principal) -> Any:
+    sid = active.session_id
+    if active.done.is_set():
+        result = active.result
+        if result is not None and active.final_seq is not None:
+            return ChatResult(
+                session_id=sid,
+                status="finished",
+                outcome=result.outcome,
+                output=result.output,
+                error=result.error,
+                steps=result.steps,
+                usage=result.usage.model_dump(),
+                cost_usd=result.cost_usd,
+                last_event_id=active.final_seq,
+            )
+        if active.error is not None:
+            raise active.error
+    info = await state.store.get_session(sid)
+    if active.suspended or (state.registry.draining and not active.awaiting):
+        raise ApiError(
+            503,
+            "shutting_down",
+            "this server is shutting down; the run is suspended and will be resumed: follow "
+            f"GET /v1/sessions/{sid}/events",
+            session_id=sid,
+            last_event_id=info.last_seq,
+            headers={"Retry-After": "2"},
+        )
+    approvals: list[ApprovalView] = []
+    status: Literal["awaiting_approval", "running"] = "running"
+    if active.awaiting:
+        status = "awaiting_approval"
+        views = await state.book.for_session(sid, principal.name)
+        approvals = [ApprovalView(**v) for v in views if v["status"] == "pending"]
+    body = ChatResult(
+        session_id=sid, status=status, last_event_id=info.last_seq, approvals=approvals
+    )
+    return JSONResponse(status_code=202, content=body.model_dump(mode="json"))
+
+
+@v1.post(
+    "/chat/stream",
+    summary="Run a message and stream its events (SSE)",
+    responses={**_SSE_RESPONSE, **_errors(401, 404, 409, 413, 422, 429, 503)},
+    response_class=StreamingResponse,
+    tags=["chat"],
+)
+async def chat_stream(
+    body: ChatRequest, request: Request, state: StateDep, principal: PrincipalDep
+) -> StreamingResponse:
+    """Run ``message`` and stream the run's events until its ``final``.
+
+    The run does not depend on this connection: reconnect with
+    ``GET /v1/sessions/{id}/events`` and ``Last-Event-ID`` to pick up where it was.
+    """
+    info = await _session_for_chat(state, body, principal)
+    await state.registry.start(info.id, principal.name, body.message)
+    return _sse(_stream(state, request, principal, info, after=info.last_seq, mode="run"))
+
+
+def _stream(
+    state: ServerState,
+    request: Request,
+    principal: Principal,
+    info: SessionInfo,
+    *,
+    after: int,
+    mode: Literal["run", "follow"],
+) -> SessionStream:
+    return SessionStream(
+        store=state.store,
+        hub=state.hub,
+        book=state.book,
+        keys=state.keys,
+        registry=state.registry,
+        settings=state.settings,
+        session=info,
+        after=after,
+        principal=principal,
+        token=_token(request),
+        mode=mode,
+    )
+
+
+# -- sessions ---------------------------------------------------------------------------
+
+
+@v1.get(
+    "/sessions",
+    response_model=SessionList,
+    summary="Your sessions, most recently updated first",
+    responses=_errors(401, 422),
+    tags=["sessions"],
+)
+async def list_sessions(
+    state: StateDep,
+    principal: PrincipalDep,
+    status: Annotated[
+        Literal["created", "running", "completed", "failed", "interrupted", "cancelled"] | None,
+        Query(description="Only sessions in this status."),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=500, description="At most this many.")] = 50,
+) -> SessionList:
+    wanted: SessionStatus | None = status
+    found = await state.store.list_sessions(limit=limit, status=wanted, owner=principal.name)
+    return SessionList(sessions=[_session_view(state, info) for info in found])
+
+
+@v1.get(
+    "/sessions/{session_id}",
+    response_model=SessionView,
+    summary="One of your sessions",
+    responses=_errors(401, 404),
+    tags=["sessions"],
+)
+async def get_session(session_id: str, state: StateDep, principal: PrincipalDep) -> SessionView:
+    return _session_view(state, await owned_session(state, session_id, principal))
+
+
+@v1.get(
+    "/sessions/{session_id}/events",
+    summary="The session's events after a cursor (SSE), following a run in progress",
+    responses={**_SSE_RESPONSE, **_errors(401, 404, 422)},
+    response_class=StreamingResponse,
+    tags=["sessions"],
+)
+async def session_events(
+    session_id: str,
+    request: Request,
+    state: StateDep,
+    principal: PrincipalDep,
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            alias="Last-Event-ID",
+            description="Resume strictly after this event id (what the stream last sent).",
+        ),
+    ] = None,
+    after: Annotated[
+        int | None,
+        Query(ge=0, description="Same as Last-Event-ID, for clients that cannot set it."),
+    ] = None,
+) -> StreamingResponse:
+    info = await owned_session(state, session_id, principal)
+    cursor = after
+    if last_event_id is not None and last_event_id.strip():
+        text = last_event_id.strip()
+        if not text.isdigit() or len(text) > 18:
+            raise ApiError(
+                422,
+                "invalid_request",
+                f"Last-Event-ID {text[:40]!r} is not an event id of this server (a whole number "
+                "from the stream's 'id:' lines)",
+            )
+        if cursor is not None and cursor != int(text):
+            raise ApiError(
+                422, "invalid_request", "Last-Event-ID and ?after= disagree; send one of them"
+            )
+        cursor = int(text)
+    cursor = cursor or 0
+    if cursor > info.last_seq:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"event id {cursor} is after the session's last event ({info.last_seq})",
+        )
+    return _sse(_stream(state, request, principal, info, after=cursor, mode="follow"))
+
+
+# -- approvals --------------------------------------------------------------------------
+
+
+@v1.get(
+    "/sessions/{session_id}/approvals",
+    response_model=ApprovalList,
+    summary="The approvals a session asked for, with their status",
+    responses=_errors(401, 404, 422),
+    tags=["approvals"],
+)
+async def session_approvals(
+    session_id: str,
+    state: StateDep,
+    principal: PrincipalDep,
+    status: Annotated[
+        Literal["pending", "approved", "denied", "expired"] | None,
+        Query(description="Only approvals in this status."),
+    ] = None,
+) -> ApprovalList:
+    info = await owned_session(state, session_id, principal)
+    views = await state.book.for_session(info.id, info.owner)
+    return ApprovalList(
+        approvals=[ApprovalView(**v) for v in views if status is None or v["status"] == status]
+    )
+
+
+@v1.get(
+    "/approvals/{approval_id}",
+    response_model=ApprovalView,
+    summary="One approval of yours",
+    responses=_errors(401, 404),
+    tags=["approvals"],
+)
+async def get_approval(approval_id: str, state: StateDep, principal: PrincipalDep) -> ApprovalView:
+    return ApprovalView(**await state.book.find(approval_id, principal))
+
+
+@v1.post(
+    "/approvals/{approval_id}",
+    response_model=ApprovalView,
+    summary="Approve or deny a pending tool call",
+    responses=_errors(401, 404, 409, 413, 422),
+    tags=["approvals"],
+)
+async def decide_approval(
+    approval_id: str, body: DecisionRequest, state: StateDep, principal: PrincipalDep
+) -> ApprovalView:
+    """Decide a pending approval: once, bound to its id, session and arguments' hash.
+
+    A second decision, or one after the deadline, is refused (409). The run
+    waiting for it goes on at once (on whichever replica runs it).
+    """
+    if not state.approvals_over_http:
+        await state.book.find(approval_id, principal)  # 404 first: no existence oracle
+        raise ApiError(
+            409,
+            "approvals_not_http",
+            f"this server's approvals are decided by its '{state.approver_name}' approver, "
+            "not over HTTP",
+        )
+    decided = await state.book.decide(
+        approval_id,
+        principal,
+        approve=body.decision == "approve",
+        scope=body.scope,
+        reason=body.reason,
+    )
+    # After a restart the session may not be running yet: resume it now rather than at
+    # the next recovery pass.
+    await state.registry.resume_if_idle(str(decided["session_id"]))
+    return ApprovalView(**decided)

@@ -1,0 +1,275 @@
+"""Background jobs: submitted once, run by whichever process claims them, resumed by another
+when that one dies.
+
+A job is a row in the store (:meth:`koboi.store.Store.create_job`) and a session of
+its own. A :class:`JobRunner` (one per ``koboi serve`` process, or any process
+sharing the store) claims the oldest job with a fenced lease, renews the lease
+while the run goes on, and records how it ended. When a process dies mid-job its
+lease runs out; the next claimer resumes the session from its journal with the
+durable-journal guarantees (no finished step runs again, no non-idempotent call
+is replayed), or, when the run had already finished and only the job's status
+was lost, takes the result from the journal without running anything.
+
+Jobs run autonomously: nobody sits at a terminal, so the C3 rule applies
+(destructive tools only in an isolating sandbox), and a call that needs approval
+waits for the approver the runner was given (the server's HTTP approver) with the
+job ``awaiting_approval`` meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from koboi.agent import KoboiAgent
+from koboi.approval import Approver
+from koboi.config import AgentConfig
+from koboi.errors import FencedOut, KoboiError, LeaseHeld, SessionNotFound, StoreError
+from koboi.interceptors import Interceptor, RunInfo
+from koboi.journal import RUN_FINISHED, fold_state
+from koboi.store import Job, JobStatus, JournalEvent, Store, new_session_id
+
+#: The ``request`` of a job: what to run.
+JobRequest = Mapping[str, Any]
+
+JobCallback = Callable[[Job], Awaitable[None]]
+
+
+async def submit_job(
+    store: Store,
+    *,
+    owner: str | None,
+    input: str,
+    metadata: Mapping[str, Any] | None = None,
+    idempotency_key: str | None = None,
+    request_hash: str | None = None,
+) -> tuple[Job, bool]:
+    """Queue a run of ``input`` in a new session; return the job and whether it is new.
+
+    The session is created by the process that first runs the job, so a replayed
+    idempotent submission leaves nothing behind.
+    """
+    if not input.strip():
+        raise KoboiError("a job needs a non-empty input")
+    return await store.create_job(
+        session_id=new_session_id(),
+        owner=owner,
+        request={"input": input, "metadata": dict(metadata or {})},
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+    )
+
+
+def default_holder() -> str:
+    """Who claims jobs: host, process and a random part (as session leases name holders)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class _Running:
+    job: Job
+    cancel_scope: anyio.CancelScope
+    cancelled: bool = False
+    lost: bool = False
+
+
+class _StatusObserver(Interceptor):
+    """Marks the job ``awaiting_approval`` while its run waits for a decision."""
+
+    name = "jobs"
+    priority = 1000
+
+    def __init__(self, runner: JobRunner) -> None:
+        self.runner = runner
+
+    async def on_event(self, event: JournalEvent, run: RunInfo) -> None:
+        running = self.runner._running.get(run.session_id)
+        if running is None or running.lost:
+            return
+        status: JobStatus
+        if event.type == "approval_requested":
+            status = "awaiting_approval"
+        elif event.type == "approval_decided":
+            status = "running"
+        else:
+            return
+        store = self.runner.agent.store
+        with contextlib.suppress(FencedOut, StoreError):
+            running.job = await store.update_job(running.job, status=status)
+
+
+class JobRunner:
+    """Claims jobs from the agent's store and runs them, one at a time per call of :meth:`run_one`.
+
+    :param config: the agent's config; each job runs as this agent.
+    :param approver: who decides on calls that need approval (the server's HTTP
+        approver); without one such calls are denied, as everywhere.
+    :param holder: the name this runner claims jobs under.
+    :param lease_seconds: how long a claim lasts without renewal; renewed every
+        third of it. A runner that dies loses its jobs to others after this long.
+    :param on_finished: awaited with each job that reached a final status (for
+        webhooks); its failures are ignored.
+    """
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        approver: Approver | None = None,
+        holder: str | None = None,
+        lease_seconds: float = 30.0,
+        poll_seconds: float = 0.5,
+        on_finished: JobCallback | None = None,
+        **agent_options: Any,
+    ) -> None:
+        if lease_seconds <= 0 or poll_seconds <= 0:
+            raise KoboiError("lease_seconds and poll_seconds must be positive")
+        self.holder = holder or default_holder()
+        self.lease_seconds = lease_seconds
+        self.poll_seconds = poll_seconds
+        self.on_finished = on_finished
+        self._running: dict[str, _Running] = {}
+        extra: Sequence[Interceptor] = agent_options.pop("interceptors", ())
+        self.agent = KoboiAgent(
+            config,
+            approver=approver,
+            autonomous=True,
+            interceptors=[*extra, _StatusObserver(self)],
+            **agent_options,
+        )
+
+    async def __aenter__(self) -> JobRunner:
+        await self.agent.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.agent.close()
+
+    async def serve(self, stop: anyio.Event | None = None) -> None:
+        """Run jobs until ``stop`` is set (or forever), waiting ``poll_seconds`` when idle."""
+        while stop is None or not stop.is_set():
+            if await self.run_one() is None:
+                with anyio.move_on_after(self.poll_seconds):
+                    if stop is not None:
+                        await stop.wait()
+                    else:
+                        await anyio.sleep(self.poll_seconds)
+
+    async def run_one(self) -> Job | None:
+        """Claim one job and run it to a final status; None when there was nothing to run.
+
+        Also None when the job was taken over by another process meanwhile (this
+        runner then stopped working on it and wrote nothing more).
+        """
+        store = self.agent.store
+        job = await store.claim_job(self.holder, self.lease_seconds)
+        if job is None:
+            return None
+        running = _Running(job=job, cancel_scope=anyio.CancelScope())
+        self._running[job.session_id] = running
+        try:
+            finished = await self._run(running)
+        finally:
+            self._running.pop(job.session_id, None)
+        if finished is not None and self.on_finished is not None:
+            with contextlib.suppress(Exception):
+                await self.on_finished(finished)
+        return finished
+
+    async def _run(self, running: _Running) -> Job | None:
+        store = self.agent.store
+        outcome: dict[str, Any] | None = None
+        async with anyio.create_task_group() as heartbeat:
+            heartbeat.start_soon(self._keep_lease, running)
+            try:
+                with running.cancel_scope:
+                    outcome = await self._execute(running.job)
+            except Exception as exc:
+                outcome = {"outcome": "failed", "error": f"{type(exc).__name__}: {exc}"}
+            finally:
+                heartbeat.cancel_scope.cancel()
+        if running.lost:
+            return None
+        status: JobStatus
+        if running.cancelled or outcome is None:
+            status = "cancelled"
+            result = {"outcome": "cancelled", "error": "the job was cancelled"}
+        else:
+            status = "completed" if outcome.get("outcome") == "completed" else "failed"
+            result = outcome
+        try:
+            return await store.update_job(running.job, status=status, result=result)
+        except FencedOut:
+            return None
+
+    async def _keep_lease(self, running: _Running) -> None:
+        store = self.agent.store
+        while True:
+            await anyio.sleep(self.lease_seconds / 3)
+            try:
+                running.job = await store.renew_job(running.job, self.lease_seconds)
+            except FencedOut:
+                # Another process owns the job now: stop at once, write nothing more.
+                running.lost = True
+                running.cancel_scope.cancel()
+                return
+            except StoreError:
+                continue  # a passing store failure: the next renewal may succeed
+            if running.job.cancel_requested and not running.cancelled:
+                running.cancelled = True
+                running.cancel_scope.cancel()
+
+    async def _execute(self, job: Job) -> dict[str, Any]:
+        """Run the job's session: start it, resume it, or read how it already ended."""
+        store = self.agent.store
+        try:
+            await store.get_session(job.session_id)
+        except SessionNotFound:
+            with contextlib.suppress(StoreError):  # a racing claimer created it first
+                await store.create_session(
+                    job.session_id,
+                    owner=job.owner,
+                    config_name=self.agent.config.agent.name,
+                    config_hash=self.agent.config.config_hash,
+                    metadata={"job": job.id},
+                )
+        while True:
+            try:
+                return await self._continue(job)
+            except LeaseHeld as held:
+                # The process that ran this session before died (that is why the job
+                # was claimed again); its hold on the session runs out by itself.
+                await anyio.sleep(min(max(0.05, held.expires_at - time.time()), 5.0))
+
+    async def _continue(self, job: Job) -> dict[str, Any]:
+        store = self.agent.store
+        events = await store.read(job.session_id)
+        state = fold_state(events)
+        if state.interrupted:
+            result = await self.agent.resume_run(job.session_id)
+            return _summary(result.outcome, result.output, result.error, result.steps)
+        finished = [e for e in events if e.type == RUN_FINISHED]
+        if finished:
+            # The run ended before the job's status was written (the process died in
+            # between): its result is in the journal, nothing runs again.
+            data = finished[-1].data
+            return _summary(
+                str(data.get("outcome")),
+                str(data.get("output", "")),
+                data.get("error"),
+                int(data.get("steps", 0)),
+            )
+        result = await self.agent.run(str(job.request.get("input", "")), session_id=job.session_id)
+        return _summary(result.outcome, result.output, result.error, result.steps)
+
+
+def _summary(outcome: str, output: str, error: Any, steps: int) -> dict[str, Any]:
+    return {"outcome": outcome, "output": output, "error": error, "steps": steps}

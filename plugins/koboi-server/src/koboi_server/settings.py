@@ -1,0 +1,122 @@
+"""The ``server`` config section: how ``koboi serve`` listens, limits and streams.
+
+Every field has a safe default, so a config without the section serves on
+127.0.0.1:8080 with authentication on. Command-line options of ``koboi serve``
+(``--host``, ``--port``, ``--workers``, ``--dev-no-auth``) override the section.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SECTION = "server"
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+class ServerSettings(BaseModel):
+    """``koboi serve``: the HTTP/SSE service of an agent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = Field(
+        default="127.0.0.1",
+        description="Address to listen on. 0.0.0.0 listens on every interface: put a TLS-"
+        "terminating proxy in front of it.",
+    )
+    port: int = Field(default=8080, ge=1, le=65535, description="TCP port to listen on.")
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Worker processes. More than one needs a durable store (SQLite or "
+        "PostgreSQL): every worker shares sessions, keys and approvals through it.",
+    )
+    max_body_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        description="Largest request body accepted; a larger one is answered 413 before it is "
+        "read (from Content-Length, or as soon as a streamed body passes the limit).",
+    )
+    max_message_chars: int = Field(
+        default=100_000,
+        ge=1,
+        description="Longest user message a chat request may carry.",
+    )
+    keepalive_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="An SSE stream with nothing else to say sends a comment line this often, "
+        "so proxies and clients know it is alive.",
+    )
+    key_recheck_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="How often an open SSE stream checks that its API key is still valid; a "
+        "revoked key ends the stream within this time.",
+    )
+    poll_seconds: float = Field(
+        default=0.5,
+        gt=0,
+        description="How often a stream (or an approval wait) reads the store when the run it "
+        "follows is on another replica (runs on this replica notify at once).",
+    )
+    drain_seconds: float = Field(
+        default=20.0,
+        ge=0,
+        description="On SIGTERM: how long running steps get to reach a journal boundary before "
+        "the runs are suspended (left resumable, as a crash would) and the server exits.",
+    )
+    chat_wait_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="POST /v1/chat waits this long for the run to end (or to wait for an "
+        "approval); after that it answers 202 and the run goes on (follow its events).",
+    )
+    max_concurrent_runs: int = Field(
+        default=64,
+        ge=1,
+        description="Runs this process executes at once; a chat beyond it is answered 429 with "
+        "Retry-After.",
+    )
+    max_runs_per_principal: int = Field(
+        default=16,
+        ge=1,
+        description="Runs of one principal this process executes at once; beyond it, 429.",
+    )
+    resume_interrupted: bool = Field(
+        default=True,
+        description="Resume, in the background, server sessions whose run was interrupted (a "
+        "replica died or was stopped): at start-up and every recovery_interval_seconds.",
+    )
+    recovery_interval_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="How often to look for interrupted server sessions to resume (their lease "
+        "must have expired, or its holder be a dead process of this host).",
+    )
+    approval_retention_seconds: float = Field(
+        default=7 * 86400.0,
+        gt=0,
+        description="How long a decided or expired approval stays readable after its deadline.",
+    )
+    dev_no_auth: bool = Field(
+        default=False,
+        description="Development only: requests without a key act as principal 'dev'. Refused "
+        "unless host is a loopback address.",
+    )
+    access_log: bool = Field(
+        default=True, description="Log one line per request (uvicorn's access log)."
+    )
+
+    @field_validator("host")
+    @classmethod
+    def _host_not_empty(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("host must not be empty (127.0.0.1 listens on this machine only)")
+        return value.strip()
+
+
+def is_loopback(host: str) -> bool:
+    """True for addresses that only this machine can reach."""
+    return host in LOOPBACK_HOSTS or host.startswith("127.")

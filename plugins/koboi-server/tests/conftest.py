@@ -1,0 +1,435 @@
+"""Fixtures: agent configs on SQLite in tmp_path, real servers, keys, and an SSE reader.
+
+Two kinds of server, both real uvicorn on a 127.0.0.1 port:
+
+- ``thread_server``: ``create_app`` under ``uvicorn.Server`` in a thread of the
+  test process (fast; the lifespan, middleware and routes are the real ones);
+- ``serve_process``: ``koboi serve CONFIG`` in a subprocess, for SIGTERM, SIGKILL
+  and restarts.
+
+Keys are made with :class:`koboi_server.KeyRing` on the config's SQLite store,
+which the server reads (the same file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import anyio
+import httpx
+import pytest
+
+from koboi.plugins import reset_default_host
+
+#: Tools, approvals (append_log is moderate: act mode asks) and streamed answers.
+AGENT = """
+    agent: {name: served, mode: act, approval_timeout_seconds: 120}
+    llm:
+      provider: scripted
+      rules:
+        - match: 'log (?P<line>[\\w-]+)'
+          tool: append_log
+          arguments: {line: "{line}"}
+          reply: "logged: {result}"
+        - match: '(?P<expr>-?\\(*\\d[\\d\\s+\\-*/().%^]*\\d\\)*)'
+          tool: calculator
+          arguments: {expression: "{expr}"}
+          reply: "{expr} = {result}"
+      fallback: "Ask me some arithmetic, please."
+    tools: {builtin: [calculator, append_log]}
+    sandbox: {backend: passthrough, workdir: work}
+    store: {url: "sqlite:///koboi.db"}
+"""
+
+#: No approvals (yolo): append_log runs at once; KOBOI_DEMO_STEP_SECONDS makes it slow.
+YOLO = """
+    agent: {name: served, mode: yolo}
+    llm:
+      provider: scripted
+      rules:
+        - match: 'log (?P<line>[\\w-]+)'
+          tool: append_log
+          arguments: {line: "{line}"}
+          reply: "logged: {result}"
+      fallback: "Nothing to log."
+    tools: {builtin: [append_log]}
+    sandbox: {backend: passthrough, workdir: work}
+    store: {url: "sqlite:///koboi.db"}
+"""
+
+FAST = {
+    "keepalive_seconds": 0.5,
+    "key_recheck_seconds": 0.3,
+    "poll_seconds": 0.1,
+    "recovery_interval_seconds": 0.5,
+    "drain_seconds": 3.0,
+    "access_log": False,
+}
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Strict plugins; no store, cache mode or demo pause from the caller's shell."""
+    monkeypatch.setenv("KOBOI_STRICT_PLUGINS", "1")
+    for name in list(os.environ):
+        if name.startswith("KOBOI_DEMO_") or name in (
+            "KOBOI_STORE",
+            "KOBOI_CACHE_MODE",
+            "KOBOI_DEBUG",
+            "KOBOI_LOAD_PLUGINS",
+            "KOBOI_DISABLE_PLUGINS",
+        ):
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KOBOI_DEMO_STEP_SECONDS", "0")
+    reset_default_host()
+    yield
+    reset_default_host()
+
+
+@pytest.fixture
+def write_config(tmp_path: Path) -> Callable[..., Path]:
+    """Write an agent config into ``tmp_path`` (with ``extra`` YAML appended); return its path."""
+
+    def write(text: str = AGENT, extra: str = "", name: str = "agent.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text) + textwrap.dedent(extra), encoding="utf-8")
+        return path
+
+    return write
+
+
+@pytest.fixture
+def config_path(write_config: Callable[..., Path]) -> Path:
+    return write_config()
+
+
+@pytest.fixture
+def yolo_config(write_config: Callable[..., Path]) -> Callable[..., Path]:
+    """``yolo_config(extra="")``: the YOLO agent (no approvals) written to yolo.yaml."""
+
+    def write(extra: str = "") -> Path:
+        return write_config(YOLO, extra=extra, name="yolo.yaml")
+
+    return write
+
+
+def _store_call(config: Path, work: Callable[[Any], Any]) -> Any:
+    from koboi.config import build_store, load_config, resolve_store_url
+    from koboi.plugins import default_host
+
+    catalog = default_host().catalog()
+    loaded = load_config(config, catalog)
+    store = build_store(resolve_store_url(loaded, catalog), loaded.base_dir, catalog)
+
+    async def main() -> Any:
+        async with store:
+            return await work(store)
+
+    return anyio.run(main)
+
+
+@pytest.fixture
+def in_store(config_path: Path) -> Callable[..., Any]:
+    """Run ``await work(store)`` on the config's store (a store of the test process)."""
+
+    def call(work: Callable[[Any], Any], config: Path = config_path) -> Any:
+        return _store_call(config, work)
+
+    return call
+
+
+@pytest.fixture
+def make_key(config_path: Path) -> Callable[..., str]:
+    """Create an API key for a principal in the config's store; return the key text."""
+
+    def make(principal: str = "alice", config: Path = config_path) -> str:
+        from koboi_server import KeyRing
+
+        async def create(store: Any) -> str:
+            _, token = await KeyRing(store).create(principal)
+            return token
+
+        return str(_store_call(config, create))
+
+    return make
+
+
+@pytest.fixture
+def revoke_key(config_path: Path) -> Callable[..., None]:
+    def revoke(token: str, config: Path = config_path) -> None:
+        from koboi_server import KeyRing
+
+        key_id = token.split("_")[1]
+
+        async def work(store: Any) -> None:
+            await KeyRing(store).revoke(key_id)
+
+        _store_call(config, work)
+
+    return revoke
+
+
+# -- PostgreSQL -----------------------------------------------------------------------------
+
+POSTGRES_URL = os.environ.get(
+    "KOBOI_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+@pytest.fixture
+def pg_store_url() -> Iterator[str]:
+    """A store URL on a schema of this test's own on the test server; dropped afterwards."""
+    import psycopg
+
+    conninfo = POSTGRES_URL.replace("postgresql+psycopg://", "postgresql://", 1)
+    schema = f"koboi_test_server_{uuid.uuid4().hex[:10]}"
+    try:
+        connection = psycopg.connect(conninfo, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        pytest.fail(
+            f"PostgreSQL is not reachable at {POSTGRES_URL} ({exc}); start it, set "
+            'KOBOI_TEST_POSTGRES_URL, or deselect these tests with -m "not postgres"'
+        )
+    with connection:
+        connection.execute(f'CREATE SCHEMA "{schema}"')
+        try:
+            yield f"{POSTGRES_URL}?options={quote(f'-csearch_path={schema}')}"
+        finally:
+            connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+# -- servers -----------------------------------------------------------------------------
+
+
+class ThreadServer:
+    """``create_app`` served by uvicorn in a thread, on a socket bound before it starts."""
+
+    def __init__(self, app: Any) -> None:
+        import uvicorn
+
+        self.app = app
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+        config.timeout_graceful_shutdown = 10
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+
+    def start(self) -> ThreadServer:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.sock.close()
+        if self.thread.is_alive():  # pragma: no cover - a hang is a failure
+            raise RuntimeError("the test server did not stop")
+
+    @property
+    def state(self) -> Any:
+        return self.app.state.koboi
+
+
+@pytest.fixture
+def thread_server(config_path: Path) -> Iterator[Callable[..., ThreadServer]]:
+    """Start ``create_app(config, settings=FAST | overrides, **kwargs)`` in a thread."""
+    started: list[ThreadServer] = []
+
+    def start(config: Path = config_path, **kwargs: Any) -> ThreadServer:
+        from koboi_server import create_app
+
+        overrides = {**FAST, **kwargs.pop("settings", {})}
+        server = ThreadServer(create_app(config, settings=overrides, **kwargs)).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in reversed(started):
+        server.stop()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class ServeProcess:
+    """``koboi serve`` in a subprocess."""
+
+    config: Path
+    port: int
+    args: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[str] | None = None
+    log_path: Path | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ServeProcess:
+        self.log_path = self.config.parent / f"serve-{time.monotonic_ns()}.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KOBOI_DEMO_PAUSE")}
+        with self.log_path.open("w") as out:  # the child keeps its own descriptor
+            self.proc = self._spawn(out, env)
+        deadline = time.monotonic() + 30
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"koboi serve exited at start:\n{self.log()}")
+            try:
+                if httpx.get(self.base_url + "/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"koboi serve did not start:\n{self.log()}")
+            time.sleep(0.05)
+
+    def _spawn(self, out: Any, env: dict[str, str]) -> subprocess.Popen[str]:
+        command = [sys.executable, "-m", "koboi_cli", "serve", str(self.config)]
+        command += ["--port", str(self.port), *self.args]
+        return subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=self.config.parent,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text() if self.log_path and self.log_path.exists() else ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a hang is a failure
+            self.proc.kill()
+            self.proc.wait(10)
+            raise
+
+
+@pytest.fixture
+def serve_process(config_path: Path) -> Iterator[Callable[..., ServeProcess]]:
+    started: list[ServeProcess] = []
+
+    def start(config: Path = config_path, *args: str, port: int | None = None) -> ServeProcess:
+        server = ServeProcess(config, port or free_port(), list(args)).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        if server.proc is not None and server.proc.poll() is None:
+            server.proc.kill()
+            server.proc.wait(10)
+
+
+# -- clients -----------------------------------------------------------------------------
+
+
+@dataclass
+class SSE:
+    event: str
+    data: dict[str, Any]
+    id: int | None
+
+
+def read_sse(response: httpx.Response) -> Iterator[SSE | str]:
+    """Events of an SSE response as they arrive; comment lines come as plain strings."""
+    name, data, ident = "message", [], None
+    for line in response.iter_lines():
+        if line == "":
+            if data:
+                yield SSE(name, json.loads("\n".join(data)), ident)
+            name, data, ident = "message", [], None
+        elif line.startswith(":"):
+            yield line
+        else:
+            key, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if key == "event":
+                name = value
+            elif key == "data":
+                data.append(value)
+            elif key == "id":
+                ident = int(value)
+
+
+@pytest.fixture
+def sse() -> Callable[[httpx.Response], Iterator[SSE | str]]:
+    return read_sse
+
+
+@pytest.fixture
+def stream_until() -> Callable[..., list[SSE]]:
+    """``stream_until(client, "POST", url, event, json=...)``: the events of a stream up to the
+    first ``event`` (included), then the client disconnects."""
+
+    def follow(c: httpx.Client, method: str, url: str, event: str, **kwargs: Any) -> list[SSE]:
+        seen: list[SSE] = []
+        with c.stream(method, url, **kwargs) as response:
+            assert response.status_code == 200, response.read()
+            for item in read_sse(response):
+                if isinstance(item, SSE):
+                    seen.append(item)
+                    if item.event == event:
+                        return seen
+        raise AssertionError(f"the stream ended without a {event!r} event: {seen}")
+
+    return follow
+
+
+@pytest.fixture
+def events_of() -> Callable[..., list[SSE]]:
+    """Every SSE event of a stream (no comments) until it ends."""
+
+    def collect(response: httpx.Response) -> list[SSE]:
+        return [e for e in read_sse(response) if isinstance(e, SSE)]
+
+    return collect
+
+
+@pytest.fixture
+def client() -> Iterator[Callable[..., httpx.Client]]:
+    """``client(base_url, key=None)``: an httpx client with the key as a Bearer token."""
+    made: list[httpx.Client] = []
+
+    def make(base_url: str, key: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        c = httpx.Client(base_url=base_url, headers=headers, timeout=30)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()

@@ -1,0 +1,117 @@
+"""Ownership: another principal gets 404 on every route and method of the OpenAPI spec for
+objects that are not theirs, lists never show them, and the owner (positive control) gets
+through on the same requests."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+
+#: How to call each /v1 operation of the spec: (JSON body or None, ids to put in the path).
+#: A new route fails the test below until it is added here, so none escapes the check.
+BODIES: dict[tuple[str, str], Any] = {
+    ("post", "/v1/chat"): lambda ids: {"message": "log x", "session_id": ids["session_id"]},
+    ("post", "/v1/chat/stream"): lambda ids: {"message": "log x", "session_id": ids["session_id"]},
+    ("get", "/v1/sessions"): None,
+    ("get", "/v1/sessions/{session_id}"): None,
+    ("get", "/v1/sessions/{session_id}/events"): None,
+    ("get", "/v1/sessions/{session_id}/approvals"): None,
+    ("get", "/v1/approvals/{approval_id}"): None,
+    ("post", "/v1/approvals/{approval_id}"): lambda ids: {"decision": "approve"},
+}
+
+
+def _call(c: httpx.Client, method: str, path: str, ids: dict[str, str]) -> httpx.Response:
+    url = re.sub(r"\{(\w+)\}", lambda m: ids[m.group(1)], path)
+    body = BODIES[(method, path)]
+    payload = body(ids) if callable(body) else None
+    # Streams are only opened: the status line is what this test is about.
+    with c.stream(method.upper(), url, json=payload, params={"after": "1"}) as response:
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            response.read()
+        return response
+
+
+def test_another_principal_gets_404_on_every_route(
+    thread_server: Any, client: Any, make_key: Any, in_store: Any
+) -> None:
+    server = thread_server()
+    alice = client(server.base_url, make_key("alice"))
+    bob = client(server.base_url, make_key("bob"))
+
+    waiting = alice.post("/v1/chat", json={"message": "log a1"})
+    assert waiting.status_code == 202, waiting.text
+    session_id = waiting.json()["session_id"]
+    approval_id = waiting.json()["approvals"][0]["approval_id"]
+    ids = {"session_id": session_id, "approval_id": approval_id}
+    assert re.fullmatch(r"[0-9a-f]{32}", session_id)
+    assert re.fullmatch(r"ap_[0-9a-f]{32}", approval_id)
+
+    spec = alice.get("/openapi.json").json()
+    operations = [
+        (method, path)
+        for path, item in spec["paths"].items()
+        if path.startswith("/v1")
+        for method in item
+    ]
+    missing = sorted(set(operations) - set(BODIES))
+    assert not missing, f"add these operations to BODIES: {missing}"
+
+    for method, path in operations:
+        response = _call(bob, method, path, ids)
+        if "{" in path or (method == "post" and path.startswith("/v1/chat")):
+            assert response.status_code == 404, (method, path, response.status_code)
+            assert response.json()["error"]["code"] == "not_found"
+            # The same answer as for an id that does not exist at all: no existence oracle.
+            unknown = {"session_id": "0" * 32, "approval_id": "ap_" + "0" * 32}
+            other = _call(bob, method, path, unknown)
+            assert other.status_code == 404
+            assert other.json()["error"]["code"] == "not_found"
+        else:
+            assert response.status_code == 200, (method, path, response.text)
+
+    assert bob.get("/v1/sessions").json() == {"sessions": []}
+    assert [s["id"] for s in alice.get("/v1/sessions").json()["sessions"]] == [session_id]
+    # Bob's POST decided nothing: the approval still waits for alice.
+    assert alice.get(f"/v1/approvals/{approval_id}").json()["status"] == "pending"
+
+    # Positive control: the owner gets through on the same requests.
+    expected = {
+        ("post", "/v1/chat"): 409,  # the session is running (it waits for the approval)
+        ("post", "/v1/chat/stream"): 409,
+        ("post", "/v1/approvals/{approval_id}"): 200,
+    }
+    for method, path in operations:
+        if (method, path) == ("post", "/v1/approvals/{approval_id}"):
+            continue  # decided last, below
+        response = _call(alice, method, path, ids)
+        assert response.status_code == expected.get((method, path), 200), (method, path)
+    decided = _call(alice, "post", "/v1/approvals/{approval_id}", ids)
+    assert decided.status_code == 200 and decided.json()["status"] == "approved"
+
+
+def test_sessions_of_other_principals_cannot_be_continued_or_listed(
+    thread_server: Any, client: Any, make_key: Any
+) -> None:
+    server = thread_server()
+    alice = client(server.base_url, make_key("alice"))
+    bob = client(server.base_url, make_key("bob"))
+    first = alice.post("/v1/chat", json={"message": "What is 2 + 2?"}).json()
+    assert first["status"] == "finished"
+    sid = first["session_id"]
+    # Alice continues her session; bob cannot, whatever he tries.
+    again = alice.post("/v1/chat", json={"message": "What is 3 + 3?", "session_id": sid})
+    assert again.status_code == 200 and again.json()["session_id"] == sid
+    for candidate in (sid, sid[:8], sid.upper(), "last"):
+        answer = bob.post("/v1/chat", json={"message": "What is 1 + 1?", "session_id": candidate})
+        assert answer.status_code == 404, candidate
+    # Nobody can choose the id of a new session either.
+    made_up = alice.post("/v1/chat", json={"message": "hi", "session_id": "my-own-id"})
+    assert made_up.status_code == 404
+    assert [s["id"] for s in bob.get("/v1/sessions").json()["sessions"]] == []
+    # Bob's own sessions are his alone.
+    bobs = bob.post("/v1/chat", json={"message": "What is 5 + 5?"}).json()["session_id"]
+    assert [s["id"] for s in bob.get("/v1/sessions").json()["sessions"]] == [bobs]
+    assert {s["id"] for s in alice.get("/v1/sessions").json()["sessions"]} == {sid}
