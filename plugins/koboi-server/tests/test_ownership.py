@@ -20,7 +20,15 @@ BODIES: dict[tuple[str, str], Any] = {
     ("get", "/v1/sessions/{session_id}/approvals"): None,
     ("get", "/v1/approvals/{approval_id}"): None,
     ("post", "/v1/approvals/{approval_id}"): lambda ids: {"decision": "approve"},
+    ("post", "/v1/jobs"): lambda ids: {"input": "What is 1 + 1?"},
+    ("get", "/v1/jobs"): None,
+    ("get", "/v1/jobs/{job_id}"): None,
+    ("get", "/v1/jobs/{job_id}/events"): None,
+    ("post", "/v1/jobs/{job_id}/cancel"): None,
 }
+
+#: Statuses other than 200 of routes without an id, for anyone with a key.
+CREATED = {("post", "/v1/jobs"): 202}
 
 
 def _call(c: httpx.Client, method: str, path: str, ids: dict[str, str]) -> httpx.Response:
@@ -45,7 +53,9 @@ def test_another_principal_gets_404_on_every_route(
     assert waiting.status_code == 202, waiting.text
     session_id = waiting.json()["session_id"]
     approval_id = waiting.json()["approvals"][0]["approval_id"]
-    ids = {"session_id": session_id, "approval_id": approval_id}
+    job = alice.post("/v1/jobs", json={"input": "log j1"})
+    assert job.status_code == 202, job.text
+    ids = {"session_id": session_id, "approval_id": approval_id, "job_id": job.json()["id"]}
     assert re.fullmatch(r"[0-9a-f]{32}", session_id)
     assert re.fullmatch(r"ap_[0-9a-f]{32}", approval_id)
 
@@ -65,15 +75,23 @@ def test_another_principal_gets_404_on_every_route(
             assert response.status_code == 404, (method, path, response.status_code)
             assert response.json()["error"]["code"] == "not_found"
             # The same answer as for an id that does not exist at all: no existence oracle.
-            unknown = {"session_id": "0" * 32, "approval_id": "ap_" + "0" * 32}
+            unknown = {
+                "session_id": "0" * 32,
+                "approval_id": "ap_" + "0" * 32,
+                "job_id": "job_" + "0" * 32,
+            }
             other = _call(bob, method, path, unknown)
             assert other.status_code == 404
             assert other.json()["error"]["code"] == "not_found"
         else:
-            assert response.status_code == 200, (method, path, response.text)
+            wanted = CREATED.get((method, path), 200)
+            assert response.status_code == wanted, (method, path, response.text)
 
-    assert bob.get("/v1/sessions").json() == {"sessions": []}
-    assert [s["id"] for s in alice.get("/v1/sessions").json()["sessions"]] == [session_id]
+    assert {s["id"] for s in bob.get("/v1/sessions").json()["sessions"]} <= {
+        j["session_id"] for j in bob.get("/v1/jobs").json()["jobs"]
+    }
+    assert [j["id"] for j in alice.get("/v1/jobs").json()["jobs"]] == [ids["job_id"]]
+    assert session_id in [s["id"] for s in alice.get("/v1/sessions").json()["sessions"]]
     # Bob's POST decided nothing: the approval still waits for alice.
     assert alice.get(f"/v1/approvals/{approval_id}").json()["status"] == "pending"
 
@@ -82,6 +100,7 @@ def test_another_principal_gets_404_on_every_route(
         ("post", "/v1/chat"): 409,  # the session is running (it waits for the approval)
         ("post", "/v1/chat/stream"): 409,
         ("post", "/v1/approvals/{approval_id}"): 200,
+        ("post", "/v1/jobs"): 202,
     }
     for method, path in operations:
         if (method, path) == ("post", "/v1/approvals/{approval_id}"):

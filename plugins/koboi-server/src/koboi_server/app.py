@@ -18,7 +18,7 @@ import os
 import signal
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from koboi.errors import KoboiError, SessionNotFound, StoreError
-from koboi_server import api
+from koboi.interceptors import Interceptor, RunInfo
+from koboi_server import api, jobs_api
 from koboi_server.approvals import ApprovalBook, ServerApprover
 from koboi_server.errors import (
     ApiError,
@@ -48,12 +49,13 @@ from koboi_server.state import ServerState
 if TYPE_CHECKING:
     from koboi.approval import Approver
     from koboi.config import AgentConfig
-    from koboi.interceptors import Interceptor
     from koboi.plugins import PluginHost
     from koboi.provider import ModelProvider
     from koboi.sandbox import Sandbox
-    from koboi.store import Store
+    from koboi.store import Job, JournalEvent, Store
     from koboi.tools import Tool
+    from koboi_server.jobs import JobRunner
+    from koboi_server.webhooks.dispatcher import WebhookDispatcher
 
 log = logging.getLogger("koboi.server")
 
@@ -155,6 +157,23 @@ def create_app(
         interceptors=[*interceptors, registry.observer()],
     )
     registry.bind(agent)
+    dispatcher = server_settings.webhooks.dispatcher(the_store)
+    runner: JobRunner | None = None
+    if server_settings.run_jobs:
+        from koboi_server.jobs import JobRunner
+
+        runner = JobRunner(
+            agent_config,
+            approver=the_approver,
+            lease_seconds=server_settings.job_lease_seconds,
+            poll_seconds=server_settings.job_poll_seconds,
+            on_finished=_job_finished_hook(server_settings, dispatcher),
+            store=the_store,
+            host=plugin_host,
+            extra_tools=extra_tools,
+            sandbox=None,
+            interceptors=[*interceptors, _JobCommits(hub)],
+        )
     state = ServerState(
         config=agent_config,
         settings=server_settings,
@@ -166,14 +185,32 @@ def create_app(
         keys=keys,
         approvals_over_http=approver is None,
         approver_name=the_approver.name,
+        webhooks=dispatcher,
+        runner=runner,
     )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with agent, anyio.create_task_group() as tg:
+        job_runner = state.runner
+        async with agent, AsyncExitStack() as stack:
+            if job_runner is not None:
+                # The runner's agent shares the app's open store (it never closes it).
+                try:
+                    await stack.enter_async_context(job_runner)
+                except KoboiError as exc:
+                    # The C3 rule: jobs run unattended, so a destructive tool without an
+                    # isolating sandbox keeps this server from running them (chat goes on).
+                    log.error("jobs are refused on this server: %s", exc)
+                    state.jobs_refused = str(exc)
+                    job_runner = state.runner = None
+            tg = await stack.enter_async_context(anyio.create_task_group())
             registry.attach(tg)
             stop_watching = _drain_on_signals(registry)
-            tg.start_soon(_watch_drain_requests, registry)
+            tg.start_soon(_watch_drain_requests, registry, job_runner)
+            await tg.start(dispatcher.run)
+            if job_runner is not None:
+                for _ in range(server_settings.job_workers):
+                    tg.start_soon(_run_jobs, job_runner, state)
             if server_settings.resume_interrupted:
                 tg.start_soon(registry.recover_forever, server_settings.recovery_interval_seconds)
             if server_settings.dev_no_auth:
@@ -186,7 +223,11 @@ def create_app(
             finally:
                 stop_watching()
                 with anyio.CancelScope(shield=True):
+                    if job_runner is not None:
+                        job_runner.begin_drain()  # claim nothing more while the chats drain
                     await registry.drain(registry.drain_time_left())
+                    if job_runner is not None:
+                        await job_runner.drain(registry.drain_time_left())
                 tg.cancel_scope.cancel()
 
     app = FastAPI(
@@ -202,6 +243,7 @@ def create_app(
     app.state.koboi = state
     app.include_router(api.health)
     app.include_router(api.v1)
+    app.include_router(jobs_api.jobs)
     routers = [extra_routes] if isinstance(extra_routes, APIRouter) else list(extra_routes or ())
     for router in routers:
         app.include_router(router)
@@ -330,11 +372,84 @@ def _drain_on_signals(registry: RunRegistry) -> Callable[[], None]:
     return restore
 
 
-async def _watch_drain_requests(registry: RunRegistry) -> None:
+async def _watch_drain_requests(registry: RunRegistry, runner: JobRunner | None) -> None:
     # A signal handler may only set a flag; this turns it into the drain (a 0.1 s poll:
     # waking an anyio.Event from a signal handler is not safe).
     while True:
         if registry.drain_requested:
             registry.begin_drain()
+            if runner is not None:
+                runner.begin_drain()
             return
         await anyio.sleep(0.1)
+
+
+# -- jobs -----------------------------------------------------------------------------------
+
+
+async def _run_jobs(runner: JobRunner, state: ServerState) -> None:
+    """One job worker: claim a job, run it, repeat; stops when the runner drains."""
+    while not runner.draining:
+        try:
+            job = await runner.run_one()
+        except Exception:
+            # A store that fails now may answer later: a worker never takes the server down.
+            log.exception("running a job failed")
+            job = None
+            await anyio.sleep(state.settings.job_poll_seconds)
+        if job is None and not runner.draining:
+            await state.wait_for_job(state.settings.job_poll_seconds)
+
+
+class _JobCommits(Interceptor):
+    """Wakes the streams of a job's session on this replica at each commit (others poll)."""
+
+    name = "server-jobs"
+    priority = 10_000
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+
+    async def on_event(self, event: JournalEvent, run: RunInfo) -> None:
+        self.hub.committed(run.session_id, event.seq)
+
+
+#: Longest job output sent in a job.finished body (the whole result is at GET /v1/jobs/{id}).
+_WEBHOOK_OUTPUT_CHARS = 16_000
+
+
+def _job_finished_hook(
+    settings: ServerSettings, dispatcher: WebhookDispatcher
+) -> Callable[[Job], Any]:
+    async def job_finished(job: Job) -> None:
+        result = dict(job.result or {})
+        output = result.get("output")
+        if isinstance(output, str) and len(output) > _WEBHOOK_OUTPUT_CHARS:
+            result["output"] = output[:_WEBHOOK_OUTPUT_CHARS]
+            result["output_truncated"] = True
+        payload = {
+            "job_id": job.id,
+            "session_id": job.session_id,
+            "status": job.status,
+            "result": result,
+        }
+        targets: list[tuple[str, list[str]]] = [
+            (endpoint.url, endpoint.secret_values())
+            for endpoint in settings.webhooks.endpoints_for("job.finished")
+        ]
+        own = job.request.get("webhook")
+        if isinstance(own, dict) and own.get("url") and own.get("secret"):
+            targets.append((str(own["url"]), [str(own["secret"])]))
+        for url, secrets in targets:
+            try:
+                await dispatcher.enqueue(
+                    url,
+                    secrets,
+                    "job.finished",
+                    payload,
+                    metadata={"owner": job.owner, "job_id": job.id},
+                )
+            except Exception as exc:
+                log.warning("job %s: webhook to %s not queued: %s", job.id, url, exc)
+
+    return job_finished

@@ -34,7 +34,7 @@ from koboi.approval import Approver
 from koboi.config import AgentConfig
 from koboi.errors import FencedOut, KoboiError, LeaseHeld, SessionNotFound, StoreError
 from koboi.interceptors import Interceptor, RunInfo
-from koboi.journal import RUN_FINISHED, fold_state
+from koboi.journal import MODEL_CALL_STARTED, RUN_FINISHED, fold_state
 from koboi.store import Job, JobStatus, JournalEvent, Store, new_session_id
 
 #: The ``request`` of a job: what to run.
@@ -51,18 +51,23 @@ async def submit_job(
     metadata: Mapping[str, Any] | None = None,
     idempotency_key: str | None = None,
     request_hash: str | None = None,
+    webhook: Mapping[str, str] | None = None,
 ) -> tuple[Job, bool]:
     """Queue a run of ``input`` in a new session; return the job and whether it is new.
 
     The session is created by the process that first runs the job, so a replayed
-    idempotent submission leaves nothing behind.
+    idempotent submission leaves nothing behind. ``webhook`` (``url``, ``secret``) is
+    the job's own receiver of ``job.finished``; it is kept in the job's request.
     """
     if not input.strip():
         raise KoboiError("a job needs a non-empty input")
+    request: dict[str, Any] = {"input": input, "metadata": dict(metadata or {})}
+    if webhook is not None:
+        request["webhook"] = {"url": webhook["url"], "secret": webhook["secret"]}
     return await store.create_job(
         session_id=new_session_id(),
         owner=owner,
-        request={"input": input, "metadata": dict(metadata or {})},
+        request=request,
         idempotency_key=idempotency_key,
         request_hash=request_hash,
     )
@@ -79,6 +84,10 @@ class _Running:
     cancel_scope: anyio.CancelScope
     cancelled: bool = False
     lost: bool = False
+    #: Stopped by :meth:`JobRunner.suspend_all`: the job is left resumable.
+    suspended: bool = False
+    #: Parked at a journal boundary while the runner drains.
+    parked: bool = False
 
 
 class _StatusObserver(Interceptor):
@@ -94,6 +103,12 @@ class _StatusObserver(Interceptor):
         running = self.runner._running.get(run.session_id)
         if running is None or running.lost:
             return
+        if event.type == MODEL_CALL_STARTED and self.runner.draining:
+            # Nothing is uncommitted right after this commit: the run can stop here and
+            # be resumed (by this process restarted, or another) by asking the model again.
+            running.parked = True
+            self.runner._changed()
+            await anyio.sleep_forever()
         status: JobStatus
         if event.type == "approval_requested":
             status = "awaiting_approval"
@@ -104,6 +119,7 @@ class _StatusObserver(Interceptor):
         store = self.runner.agent.store
         with contextlib.suppress(FencedOut, StoreError):
             running.job = await store.update_job(running.job, status=status)
+        self.runner._changed()
 
 
 class JobRunner:
@@ -117,6 +133,8 @@ class JobRunner:
         third of it. A runner that dies loses its jobs to others after this long.
     :param on_finished: awaited with each job that reached a final status (for
         webhooks); its failures are ignored.
+    :param store: an already open store to share (the server's): the runner's agent
+        uses it but never opens or closes it — its owner does.
     """
 
     def __init__(
@@ -128,6 +146,7 @@ class JobRunner:
         lease_seconds: float = 30.0,
         poll_seconds: float = 0.5,
         on_finished: JobCallback | None = None,
+        store: Store | None = None,
         **agent_options: Any,
     ) -> None:
         if lease_seconds <= 0 or poll_seconds <= 0:
@@ -137,12 +156,16 @@ class JobRunner:
         self.poll_seconds = poll_seconds
         self.on_finished = on_finished
         self._running: dict[str, _Running] = {}
+        #: Set by :meth:`begin_drain`: claim nothing more, park runs at a boundary.
+        self.draining = False
+        self._change = anyio.Event()
         extra: Sequence[Interceptor] = agent_options.pop("interceptors", ())
         self.agent = KoboiAgent(
             config,
             approver=approver,
             autonomous=True,
             interceptors=[*extra, _StatusObserver(self)],
+            store=_SharedStore(store) if store is not None else None,  # type: ignore[abstract]
             **agent_options,
         )
 
@@ -153,9 +176,66 @@ class JobRunner:
     async def __aexit__(self, *exc: object) -> None:
         await self.agent.close()
 
+    def _changed(self) -> None:
+        self._change.set()
+        self._change = anyio.Event()
+
+    @property
+    def running_jobs(self) -> int:
+        """Jobs this runner works on now."""
+        return len(self._running)
+
+    def begin_drain(self) -> None:
+        """Claim nothing more; park running jobs at their next journal boundary."""
+        self.draining = True
+        self._changed()
+
+    async def drain(self, seconds: float) -> None:
+        """Let running jobs finish or park for at most ``seconds``, then suspend the rest.
+
+        A suspended job is left as a crash would leave it: its session interrupted and
+        resumable, the job ``running`` under a lease that runs out, after which any
+        runner sharing the store (this one restarted, or another replica) resumes it.
+        It is never recorded ``cancelled``.
+        """
+        self.begin_drain()
+        with anyio.move_on_after(seconds):
+            while self._running and not all(
+                r.parked or r.job.status == "awaiting_approval" for r in self._running.values()
+            ):
+                change = self._change
+                await change.wait()
+        await self.suspend_all()
+
+    async def suspend_all(self) -> None:
+        """Stop every running job, leaving it resumable (see :meth:`drain`)."""
+        store = self.agent.store
+        with anyio.CancelScope(shield=True):
+            for running in list(self._running.values()):
+                running.suspended = True
+                sid = running.job.session_id
+                lease = None
+                # Fence the run first: once the session's lease is not its own, the
+                # run can write nothing more (no "cancelled" in the journal).
+                with contextlib.suppress(Exception):
+                    lease = await store.acquire_lease(
+                        sid,
+                        f"{self.agent.holder}:drain",
+                        self.agent.config.agent.lease_seconds,
+                        take_over_from=self.agent.holder,
+                    )
+                running.cancel_scope.cancel()
+                with anyio.move_on_after(5):
+                    while sid in self._running:
+                        change = self._change
+                        await change.wait()
+                if lease is not None:
+                    with contextlib.suppress(Exception):
+                        await store.release_lease(lease)
+
     async def serve(self, stop: anyio.Event | None = None) -> None:
         """Run jobs until ``stop`` is set (or forever), waiting ``poll_seconds`` when idle."""
-        while stop is None or not stop.is_set():
+        while (stop is None or not stop.is_set()) and not self.draining:
             if await self.run_one() is None:
                 with anyio.move_on_after(self.poll_seconds):
                     if stop is not None:
@@ -170,6 +250,8 @@ class JobRunner:
         runner then stopped working on it and wrote nothing more).
         """
         store = self.agent.store
+        if self.draining:
+            return None
         job = await store.claim_job(self.holder, self.lease_seconds)
         if job is None:
             return None
@@ -179,6 +261,7 @@ class JobRunner:
             finished = await self._run(running)
         finally:
             self._running.pop(job.session_id, None)
+            self._changed()
         if finished is not None and self.on_finished is not None:
             with contextlib.suppress(Exception):
                 await self.on_finished(finished)
@@ -196,7 +279,7 @@ class JobRunner:
                 outcome = {"outcome": "failed", "error": f"{type(exc).__name__}: {exc}"}
             finally:
                 heartbeat.cancel_scope.cancel()
-        if running.lost:
+        if running.lost or running.suspended:
             return None
         status: JobStatus
         if running.cancelled or outcome is None:
@@ -273,3 +356,26 @@ class JobRunner:
 
 def _summary(outcome: str, output: str, error: Any, steps: int) -> dict[str, Any]:
     return {"outcome": outcome, "output": output, "error": error, "steps": steps}
+
+
+class _SharedStore(Store):
+    """An open store lent to the runner's agent: every call goes to the owner's store,
+    except :meth:`open` and :meth:`close`, which are the owner's to make (once)."""
+
+    def __init__(self, inner: Store) -> None:
+        object.__setattr__(self, "_inner", inner)
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in ("open", "close", "_inner", "__class__", "__dict__"):
+            return object.__getattribute__(self, name)
+        return getattr(object.__getattribute__(self, "_inner"), name)
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+# Every abstract method is served by the wrapped store (__getattribute__).
+_SharedStore.__abstractmethods__ = frozenset()

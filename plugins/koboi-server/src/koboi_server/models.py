@@ -133,4 +133,48 @@ class Ready(BaseModel):
     )
 
 
+class JobWebhook(_Body):
+    url: str = Field(
+        min_length=1,
+        max_length=2000,
+        description="http(s) URL that receives this job's job.finished event. Loopback, private, "
+        "link-local and metadata addresses are refused unless server.webhooks.allow lists them.",
+    )
+    secret: str = Field(
+        min_length=1,
+        max_length=500,
+        description="Signing secret ('whsec_<base64>', e.g. from koboi_server.webhooks."
+        "generate_secret()); never shown again.",
+    )
+
+
+class JobCreate(_Body):
+    input: str = Field(min_length=1, description="The user message the job runs.")
+    metadata: dict[str, Any] | None = Field(
+        default=None, description="Your own JSON data, kept with the job and shown back."
+    )
+    webhook: JobWebhook | None = Field(
+        default=None, description="Also send job.finished to this receiver (beside the config's)."
+    )
+
+
+class JobView(BaseModel):
+    id: str = Field(description="The job's id.")
+    status: Literal["queued", "running", "awaiting_approval", "completed", "failed", "cancelled"]
+    session_id: str = Field(description="The job's session: its events are the job's events.")
+    created_at: float
+    updated_at: float
+    attempts: int = Field(description="How many times a runner claimed the job.")
+    cancel_requested: bool
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    webhook_url: str | None = Field(default=None, description="The job's own webhook, if any.")
+    result: dict[str, Any] | None = Field(
+        default=None, description="outcome, output, error, steps: once the job is finished."
+    )
+
+
+class JobList(BaseModel):
+    jobs: list[JobView]
+
+
 ChatResult.model_rebuild()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from koboi_server.webhooks.settings import WebhookSettings
+
 SECTION = "server"
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
@@ -99,6 +101,42 @@ class ServerSettings(BaseModel):
         default=7 * 86400.0,
         gt=0,
         description="How long a decided or expired approval stays readable after its deadline.",
+    )
+    run_jobs: bool = Field(
+        default=True,
+        description="Run queued jobs in this process (a JobRunner in the app). Off: this "
+        "replica only accepts and reports jobs; others sharing the store run them.",
+    )
+    job_workers: int = Field(
+        default=2,
+        ge=1,
+        le=256,
+        description="Jobs this process runs at once (each claims one job at a time).",
+    )
+    job_lease_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a job's claim lasts without renewal (renewed every third of it). "
+        "When a replica dies, another resumes its job after this long.",
+    )
+    job_poll_seconds: float = Field(
+        default=0.5, gt=0, description="How often an idle job worker looks for a queued job."
+    )
+    max_queued_jobs: int = Field(
+        default=1000,
+        ge=1,
+        description="Jobs that may wait in the queue (all principals); POST /v1/jobs beyond it "
+        "is answered 429 with Retry-After.",
+    )
+    max_jobs_per_principal: int = Field(
+        default=100,
+        ge=1,
+        description="Unfinished jobs (queued, running or awaiting approval) one principal may "
+        "have; beyond it, 429.",
+    )
+    webhooks: WebhookSettings = Field(
+        default_factory=WebhookSettings,
+        description="Webhooks: the endpoints that receive job.finished, retries, allow-list.",
     )
     dev_no_auth: bool = Field(
         default=False,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import anyio
 
 from koboi_server.approvals import ApprovalBook
 from koboi_server.hub import Hub
@@ -14,7 +16,9 @@ if TYPE_CHECKING:
     from koboi.agent import KoboiAgent
     from koboi.config import AgentConfig
     from koboi.store import Store
+    from koboi_server.jobs import JobRunner
     from koboi_server.settings import ServerSettings
+    from koboi_server.webhooks.dispatcher import WebhookDispatcher
 
 
 @dataclass
@@ -33,3 +37,24 @@ class ServerState:
     #: decided over HTTP (the routes say so).
     approvals_over_http: bool
     approver_name: str
+    #: Sends job.finished (and whatever else is enqueued) to webhook receivers.
+    webhooks: WebhookDispatcher
+    #: Runs queued jobs in this process (None when ``server.run_jobs`` is off).
+    runner: JobRunner | None = None
+    #: Why this server refuses jobs (the runner's agent could not open: the C3 rule).
+    jobs_refused: str | None = None
+    #: Set when a job was queued here, so an idle job worker looks at once.
+    _job_queued: anyio.Event | None = field(default=None, repr=False)
+
+    def wake_runner(self) -> None:
+        if self._job_queued is not None:
+            self._job_queued.set()
+            self._job_queued = None
+
+    async def wait_for_job(self, seconds: float) -> None:
+        """Wait until a job is queued here, or ``seconds`` (jobs of other replicas)."""
+        if self._job_queued is None:
+            self._job_queued = anyio.Event()
+        event = self._job_queued
+        with anyio.move_on_after(seconds):
+            await event.wait()

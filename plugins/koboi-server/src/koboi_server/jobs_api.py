@@ -1,0 +1,289 @@
+"""The job routes: submit (with ``Idempotency-Key``), read, list, follow, cancel.
+
+A job is a run queued in the store and executed by whichever replica's
+:class:`~koboi_server.jobs.JobRunner` claims it. It belongs to the principal who
+submitted it; another principal gets 404 on every route, as for sessions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, Query, Request, Security
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from koboi.errors import IdempotencyConflict, JobNotFound, KoboiError, SessionNotFound, StoreError
+from koboi.store import Job, JobStatus
+from koboi_server.api import (
+    _SSE_RESPONSE,
+    PrincipalDep,
+    StateDep,
+    _bearer,
+    _errors,
+    session_events,
+)
+from koboi_server.errors import ApiError, not_found
+from koboi_server.jobs import submit_job
+from koboi_server.keys import Principal
+from koboi_server.models import JobCreate, JobList, JobView
+from koboi_server.state import ServerState
+from koboi_server.webhooks.errors import WebhookError
+from koboi_server.webhooks.signing import secret_key
+
+jobs = APIRouter(prefix="/v1", dependencies=[Security(_bearer)], tags=["jobs"])
+
+#: Unfinished statuses: what counts against a principal's job limit.
+_OPEN: tuple[JobStatus, ...] = ("queued", "running", "awaiting_approval")
+
+_MAX_KEY = 255
+
+
+def job_view(job: Job) -> JobView:
+    request = job.request
+    webhook = request.get("webhook")
+    metadata = request.get("metadata")
+    return JobView(
+        id=job.id,
+        status=job.status,
+        session_id=job.session_id,
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        attempts=job.attempts,
+        cancel_requested=job.cancel_requested,
+        metadata=dict(metadata) if isinstance(metadata, dict) else {},
+        webhook_url=str(webhook["url"]) if isinstance(webhook, dict) else None,
+        result=dict(job.result) if job.result is not None else None,
+    )
+
+
+async def owned_job(state: ServerState, job_id: str, principal: Principal) -> Job:
+    """The job if it is the principal's; 404 otherwise (also when it does not exist)."""
+    if not 0 < len(job_id) <= 200:
+        raise not_found("job", job_id[:200])
+    try:
+        job = await state.store.get_job(job_id)
+    except JobNotFound:
+        raise not_found("job", job_id) from None
+    if job.owner != principal.name:
+        raise not_found("job", job_id)
+    return job
+
+
+def request_hash(body: JobCreate) -> str:
+    """sha256 of the body's canonical JSON: what an idempotent replay must match."""
+    canonical = json.dumps(
+        body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _check_key(key: str | None) -> str | None:
+    if key is None:
+        return None
+    if not 0 < len(key) <= _MAX_KEY or not key.isprintable() or key != key.strip():
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"Idempotency-Key must be 1 to {_MAX_KEY} printable characters without surrounding "
+            "spaces (a UUID is a good key)",
+        )
+    return key
+
+
+async def _admit(state: ServerState, owner: str) -> None:
+    if state.registry.draining:
+        raise ApiError(
+            503,
+            "shutting_down",
+            "this server is shutting down; send the job to another replica or retry",
+            headers={"Retry-After": "2"},
+        )
+    settings = state.settings
+    queued = await state.store.list_jobs(status="queued", limit=settings.max_queued_jobs + 1)
+    if len(queued) >= settings.max_queued_jobs:
+        raise ApiError(
+            429,
+            "too_many_jobs",
+            f"{len(queued)} jobs are waiting in the queue (server.max_queued_jobs); retry later",
+            headers={"Retry-After": "5"},
+        )
+    limit = settings.max_jobs_per_principal
+    mine = 0
+    for status in _OPEN:
+        mine += len(await state.store.list_jobs(owner=owner, status=status, limit=limit + 1))
+    if mine >= limit:
+        raise ApiError(
+            429,
+            "too_many_jobs",
+            f"you already have {mine} unfinished jobs (server.max_jobs_per_principal); retry "
+            "when one has finished",
+            headers={"Retry-After": "5"},
+        )
+
+
+@jobs.post(
+    "/jobs",
+    status_code=202,
+    response_model=JobView,
+    summary="Queue a job (a run in a session of its own)",
+    responses=_errors(401, 413, 422, 429, 503),
+)
+async def create_job(
+    body: JobCreate,
+    state: StateDep,
+    principal: PrincipalDep,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            description="Send the same key again (with the same body) to get the first "
+            "response back instead of a second job. Scoped to your key's principal.",
+        ),
+    ] = None,
+) -> JSONResponse:
+    """Queue ``input`` as a job; answer 202 with ``Location: /v1/jobs/{id}``.
+
+    With ``Idempotency-Key``: the same key and body answer the first job again with
+    ``Idempotent-Replayed: true``; the same key with another body is refused (422).
+    """
+    if state.jobs_refused is not None:
+        raise ApiError(409, "jobs_refused", f"this agent cannot run jobs: {state.jobs_refused}")
+    key = _check_key(idempotency_key)
+    limit = state.settings.max_message_chars
+    if len(body.input) > limit:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"input: {len(body.input)} characters, more than the {limit} allowed "
+            "(server.max_message_chars)",
+        )
+    if not body.input.strip():
+        raise ApiError(422, "invalid_request", "input: a job needs a non-empty input")
+    webhook: dict[str, str] | None = None
+    if body.webhook is not None:
+        try:
+            secret_key(body.webhook.secret)
+            url = await state.webhooks.check_url(body.webhook.url)
+        except WebhookError as exc:
+            raise ApiError(422, "webhook_refused", f"webhook: {exc}") from None
+        webhook = {"url": url, "secret": body.webhook.secret}
+    await _admit(state, principal.name)
+    try:
+        job, created = await submit_job(
+            state.store,
+            owner=principal.name,
+            input=body.input,
+            metadata=body.metadata,
+            idempotency_key=key,
+            request_hash=request_hash(body) if key is not None else None,
+            webhook=webhook,
+        )
+    except IdempotencyConflict:
+        raise ApiError(
+            422,
+            "idempotency_key_reused",
+            "this Idempotency-Key was already used with a different body; use a new key for a "
+            "new job",
+        ) from None
+    except StoreError:
+        raise
+    except KoboiError as exc:
+        raise ApiError(422, "invalid_request", str(exc)) from None
+    headers = {"Location": f"/v1/jobs/{job.id}"}
+    if not created:
+        headers["Idempotent-Replayed"] = "true"
+    state.wake_runner()
+    return JSONResponse(
+        status_code=202, content=job_view(job).model_dump(mode="json"), headers=headers
+    )
+
+
+@jobs.get(
+    "/jobs",
+    response_model=JobList,
+    summary="Your jobs, newest first",
+    responses=_errors(401, 422),
+)
+async def list_jobs(
+    state: StateDep,
+    principal: PrincipalDep,
+    status: Annotated[
+        Literal["queued", "running", "awaiting_approval", "completed", "failed", "cancelled"]
+        | None,
+        Query(description="Only jobs in this status."),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=500, description="At most this many.")] = 50,
+) -> JobList:
+    wanted: JobStatus | None = status
+    found = await state.store.list_jobs(owner=principal.name, status=wanted, limit=limit)
+    return JobList(jobs=[job_view(job) for job in found])
+
+
+@jobs.get(
+    "/jobs/{job_id}",
+    response_model=JobView,
+    summary="One of your jobs",
+    responses=_errors(401, 404),
+)
+async def get_job(job_id: str, state: StateDep, principal: PrincipalDep) -> JobView:
+    return job_view(await owned_job(state, job_id, principal))
+
+
+@jobs.post(
+    "/jobs/{job_id}/cancel",
+    response_model=JobView,
+    summary="Cancel a job",
+    responses=_errors(401, 404),
+)
+async def cancel_job(job_id: str, state: StateDep, principal: PrincipalDep) -> JobView:
+    """A queued job is cancelled at once; a running one when its runner next renews its
+    lease (its run is stopped, tool processes included, and it is recorded
+    ``cancelled``); a finished one is left as it is."""
+    job = await owned_job(state, job_id, principal)
+    return job_view(await state.store.cancel_job(job.id))
+
+
+@jobs.get(
+    "/jobs/{job_id}/events",
+    summary="The job's events (its session's), after a cursor (SSE)",
+    responses={**_SSE_RESPONSE, **_errors(401, 404, 422)},
+    response_class=StreamingResponse,
+)
+async def job_events(
+    job_id: str,
+    request: Request,
+    state: StateDep,
+    principal: PrincipalDep,
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            alias="Last-Event-ID",
+            description="Resume strictly after this event id (what the stream last sent).",
+        ),
+    ] = None,
+    after: Annotated[
+        int | None,
+        Query(ge=0, description="Same as Last-Event-ID, for clients that cannot set it."),
+    ] = None,
+) -> StreamingResponse:
+    """Same stream as ``GET /v1/sessions/{session_id}/events`` of the job's session."""
+    job = await owned_job(state, job_id, principal)
+    store = state.store
+    config = state.config
+    # A queued job's session is created by its runner; make it now so there is
+    # something to follow (the runner then finds it).
+    try:
+        await store.get_session(job.session_id)
+    except SessionNotFound:
+        with contextlib.suppress(StoreError):  # a runner created it meanwhile
+            await store.create_session(
+                job.session_id,
+                owner=job.owner,
+                config_name=config.agent.name,
+                config_hash=config.config_hash,
+                metadata={"job": job.id},
+            )
+    return await session_events(job.session_id, request, state, principal, last_event_id, after)

@@ -1,0 +1,524 @@
+"""Jobs over HTTP against a real server: lifecycle, Idempotency-Key, cancel, approvals,
+ownership, a SIGKILL mid-job, and a signed job.finished webhook."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from koboi_server.webhooks import WebhookVerificationError, generate_secret, verify
+
+#: No approvals; the session lease is short so a restarted server takes a job over fast.
+JOBS = """
+    agent: {name: served, mode: yolo, lease_seconds: 2}
+    llm:
+      provider: scripted
+      rules:
+        - match: 'log (?P<line>[\\w-]+)'
+          tool: append_log
+          arguments: {line: "{line}"}
+          reply: "logged: {result}"
+      fallback: "Nothing to log."
+    tools: {builtin: [append_log]}
+    sandbox: {backend: passthrough, workdir: work}
+    store: {url: "sqlite:///koboi.db"}
+"""
+
+FAST_JOBS = {"job_lease_seconds": 1.0, "job_poll_seconds": 0.1}
+
+
+def _wait_for(c: httpx.Client, job_id: str, *statuses: str, seconds: float = 20) -> Any:
+    deadline = time.monotonic() + seconds
+    while True:
+        job = c.get(f"/v1/jobs/{job_id}").json()
+        if job["status"] in statuses:
+            return job
+        assert time.monotonic() < deadline, job
+        time.sleep(0.05)
+
+
+def _log(config: Path) -> list[str]:
+    path = config.parent / "work" / "crash_demo.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_a_job_runs_and_its_events_resume_after_a_cursor(
+    write_config: Any, thread_server: Any, client: Any, make_key: Any, events_of: Any
+) -> None:
+    config = write_config(JOBS)
+    server = thread_server(config, settings=FAST_JOBS)
+    c = client(server.base_url, make_key(config=config))
+
+    made = c.post("/v1/jobs", json={"input": "log job-1", "metadata": {"ticket": 7}})
+    assert made.status_code == 202, made.text
+    job = made.json()
+    assert made.headers["location"] == f"/v1/jobs/{job['id']}"
+    assert "idempotent-replayed" not in made.headers
+    assert job["status"] in ("queued", "running") and job["metadata"] == {"ticket": 7}
+
+    done = _wait_for(c, job["id"], "completed", "failed", "cancelled")
+    assert done["status"] == "completed", done
+    assert done["result"]["outcome"] == "completed"
+    assert done["result"]["output"].startswith("logged: ")
+    assert _log(config) == ["job-1"]
+    listed = c.get("/v1/jobs", params={"status": "completed"}).json()["jobs"]
+    assert [j["id"] for j in listed] == [job["id"]]
+    assert c.get("/v1/jobs", params={"status": "queued"}).json() == {"jobs": []}
+    assert c.get("/v1/jobs", params={"status": "nope"}).status_code == 422
+
+    with c.stream("GET", f"/v1/jobs/{job['id']}/events") as response:
+        assert response.status_code == 200
+        every = events_of(response)
+    assert every[-1].event == "final"
+    ids = [e.id for e in every if e.id is not None]
+    assert ids == sorted(ids) and len(ids) >= 3
+    cursor = ids[1]
+    with c.stream(
+        "GET", f"/v1/jobs/{job['id']}/events", headers={"Last-Event-ID": str(cursor)}
+    ) as response:
+        rest = events_of(response)
+    assert [e.id for e in rest if e.id is not None] == [i for i in ids if i > cursor]
+
+    # Bad bodies are refused with the envelope; nothing was queued by them.
+    for body in ({}, {"input": ""}, {"input": "x", "extra": 1}, {"input": "   "}):
+        refused = c.post("/v1/jobs", json=body)
+        assert refused.status_code == 422, body
+        assert refused.json()["error"]["code"] in ("invalid_request",)
+    assert len(c.get("/v1/jobs").json()["jobs"]) == 1
+
+
+def test_idempotency_key_replays_refuses_another_body_and_races_to_one_job(
+    write_config: Any, thread_server: Any, client: Any, make_key: Any
+) -> None:
+    config = write_config(JOBS)
+    # Nothing runs here: the test is about what is queued.
+    server = thread_server(config, settings={**FAST_JOBS, "run_jobs": False})
+    alice_key = make_key(config=config)
+    c = client(server.base_url, alice_key)
+    bob = client(server.base_url, make_key("bob", config=config))
+
+    first = c.post("/v1/jobs", json={"input": "log a"}, headers={"Idempotency-Key": "k-1"})
+    assert first.status_code == 202 and "idempotent-replayed" not in first.headers
+    again = c.post("/v1/jobs", json={"input": "log a"}, headers={"Idempotency-Key": "k-1"})
+    assert again.status_code == 202 and again.headers["idempotent-replayed"] == "true"
+    assert again.json()["id"] == first.json()["id"]
+    assert again.headers["location"] == first.headers["location"]
+    other = c.post("/v1/jobs", json={"input": "log b"}, headers={"Idempotency-Key": "k-1"})
+    assert other.status_code == 422
+    assert other.json()["error"]["code"] == "idempotency_key_reused"
+    # Keys are the principal's: bob's k-1 is another job.
+    bobs = bob.post("/v1/jobs", json={"input": "log a"}, headers={"Idempotency-Key": "k-1"})
+    assert bobs.status_code == 202 and "idempotent-replayed" not in bobs.headers
+    assert bobs.json()["id"] != first.json()["id"]
+    # Without a key, the same body is a new job (positive control of the replay).
+    plain = c.post("/v1/jobs", json={"input": "log a"})
+    assert plain.status_code == 202 and plain.json()["id"] != first.json()["id"]
+    too_long = c.post("/v1/jobs", json={"input": "a"}, headers={"Idempotency-Key": "k" * 256})
+    assert too_long.status_code == 422
+
+    # 50 concurrent requests with one new key: one job, 49 replays of it.
+    async def race() -> list[httpx.Response]:
+        headers = {"Authorization": f"Bearer {alice_key}", "Idempotency-Key": "race"}
+        answers: list[httpx.Response] = []
+        limits = httpx.Limits(max_connections=50)
+        async with httpx.AsyncClient(
+            base_url=server.base_url, headers=headers, timeout=30, limits=limits
+        ) as ac:
+
+            async def one() -> None:
+                answers.append(await ac.post("/v1/jobs", json={"input": "log race"}))
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(50):
+                    tg.start_soon(one)
+        return answers
+
+    answers = anyio.run(race)
+    assert [a.status_code for a in answers] == [202] * 50, [a.text for a in answers][:3]
+    assert len({a.json()["id"] for a in answers}) == 1
+    assert sum("idempotent-replayed" not in a.headers for a in answers) == 1
+    inputs = [j["id"] for j in c.get("/v1/jobs", params={"limit": 500}).json()["jobs"]]
+    assert inputs.count(answers[0].json()["id"]) == 1 and len(inputs) == 3
+
+
+def test_cancel_a_queued_and_a_running_job(
+    write_config: Any,
+    thread_server: Any,
+    client: Any,
+    make_key: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = write_config(JOBS)
+    key = make_key(config=config)
+    queued_only = thread_server(config, settings={**FAST_JOBS, "run_jobs": False})
+    c = client(queued_only.base_url, key)
+    job = c.post("/v1/jobs", json={"input": "log never"}).json()
+    cancelled = c.post(f"/v1/jobs/{job['id']}/cancel")
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+
+    # A running job: its tool takes 1.5 s; the cancel lands while it runs.
+    monkeypatch.setenv("KOBOI_DEMO_STEP_SECONDS", "1.5")
+    runner = thread_server(config, settings={**FAST_JOBS, "job_lease_seconds": 0.6})
+    r = client(runner.base_url, key)
+    going = r.post("/v1/jobs", json={"input": "log slow"}).json()
+    _wait_for(r, going["id"], "running")
+    asked = r.post(f"/v1/jobs/{going['id']}/cancel")
+    assert asked.status_code == 200 and asked.json()["cancel_requested"] is True
+    done = _wait_for(r, going["id"], "cancelled", "completed", "failed")
+    assert done["status"] == "cancelled" and done["result"]["outcome"] == "cancelled"
+    # Cancelling a finished job changes nothing; the earlier cancelled job stayed so.
+    assert r.post(f"/v1/jobs/{going['id']}/cancel").json()["status"] == "cancelled"
+    assert r.get(f"/v1/jobs/{job['id']}").json()["status"] == "cancelled"
+    assert "never" not in _log(config)
+
+
+def test_a_job_waits_in_awaiting_approval_until_it_is_approved(
+    config_path: Path, thread_server: Any, client: Any, make_key: Any
+) -> None:
+    server = thread_server(config_path, settings=FAST_JOBS)
+    c = client(server.base_url, make_key())
+    job = c.post("/v1/jobs", json={"input": "log needs-ok"}).json()
+    waiting = _wait_for(c, job["id"], "awaiting_approval")
+    pending = c.get(f"/v1/sessions/{waiting['session_id']}/approvals").json()["approvals"]
+    assert [a["status"] for a in pending] == ["pending"]
+    decided = c.post(f"/v1/approvals/{pending[0]['approval_id']}", json={"decision": "approve"})
+    assert decided.status_code == 200
+    done = _wait_for(c, job["id"], "completed", "failed", "cancelled")
+    assert done["status"] == "completed" and done["result"]["output"].startswith("logged: ")
+
+
+def test_another_principal_gets_404_on_every_job_route(
+    write_config: Any, thread_server: Any, client: Any, make_key: Any
+) -> None:
+    config = write_config(JOBS)
+    server = thread_server(config, settings={**FAST_JOBS, "run_jobs": False})
+    alice = client(server.base_url, make_key("alice", config=config))
+    bob = client(server.base_url, make_key("bob", config=config))
+    job_id = alice.post("/v1/jobs", json={"input": "log mine"}).json()["id"]
+    for ident in (job_id, "job_" + "0" * 32):
+        for method, path in (
+            ("GET", f"/v1/jobs/{ident}"),
+            ("GET", f"/v1/jobs/{ident}/events"),
+            ("POST", f"/v1/jobs/{ident}/cancel"),
+        ):
+            answer = bob.request(method, path)
+            assert answer.status_code == 404, (method, path)
+            assert answer.json()["error"]["code"] == "not_found"
+    assert bob.get("/v1/jobs").json() == {"jobs": []}
+    # Positive control: alice reads it, and bob's cancel left it queued.
+    assert alice.get(f"/v1/jobs/{job_id}").json()["status"] == "queued"
+    assert [j["id"] for j in alice.get("/v1/jobs").json()["jobs"]] == [job_id]
+
+
+# -- SIGKILL mid-job --------------------------------------------------------------------------
+
+
+def _spawn_serve(config: Path, port: int, env: dict[str, str]) -> subprocess.Popen[str]:
+    log = (config.parent / f"serve-{time.monotonic_ns()}.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "koboi_cli", "serve", str(config), "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=config.parent,
+    )
+    log.close()
+    deadline = time.monotonic() + 30
+    while True:
+        assert proc.poll() is None, "koboi serve exited at start"
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "koboi serve did not start"
+        time.sleep(0.05)
+
+
+SERVER = """
+    server:
+      poll_seconds: 0.1
+      access_log: false
+      job_lease_seconds: 1
+      job_poll_seconds: 0.1
+"""
+
+
+@pytest.mark.e2e
+def test_a_job_of_a_killed_server_completes_after_a_restart_without_repeating_its_effect(
+    write_config: Any, serve_process: Any, client: Any, make_key: Any, in_store: Any
+) -> None:
+    config = write_config(JOBS, extra=SERVER)
+    key = make_key(config=config)
+    marker = config.parent / "paused"
+    env = {**os.environ, "KOBOI_DEMO_PAUSE_AFTER_EFFECT": "kill-1"}
+    env["KOBOI_DEMO_PAUSE_MARKER"] = str(marker)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    first = _spawn_serve(config, port, env)
+    try:
+        c = client(f"http://127.0.0.1:{port}", key)
+        job = c.post("/v1/jobs", json={"input": "log kill-1"}).json()
+        deadline = time.monotonic() + 20
+        while not marker.exists():
+            assert time.monotonic() < deadline, "the job's tool never ran"
+            time.sleep(0.05)
+        # The line is written; the journal does not know the call finished.
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(10)
+    assert _log(config) == ["kill-1"]
+
+    restarted = serve_process(config)
+    c2 = client(restarted.base_url, key)
+    done = _wait_for(c2, job["id"], "completed", "failed", "cancelled", seconds=30)
+    assert done["status"] == "completed" and done["attempts"] == 2, done
+    assert _log(config) == ["kill-1"]  # the non-idempotent call was not run again
+
+    async def read(store: Any) -> list[Any]:
+        return list(await store.read(done["session_id"]))
+
+    events = in_store(read, config)
+    assert [e.type for e in events].count("tool_call_interrupted") == 1
+
+
+# -- webhooks --------------------------------------------------------------------------------
+
+
+class _Receiver:
+    """A loopback HTTP receiver that records what it is sent."""
+
+    def __init__(self) -> None:
+        received: list[tuple[dict[str, str], bytes]] = []
+        self.received = received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                received.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[_Receiver]:
+    r = _Receiver()
+    yield r
+    r.close()
+
+
+def _wait_received(r: _Receiver, count: int) -> None:
+    deadline = time.monotonic() + 15
+    while len(r.received) < count:
+        assert time.monotonic() < deadline, r.received
+        time.sleep(0.05)
+
+
+def test_job_finished_webhooks_are_signed_and_verify(
+    write_config: Any,
+    thread_server: Any,
+    client: Any,
+    make_key: Any,
+    receiver: _Receiver,
+) -> None:
+    configured_secret, job_secret = generate_secret(), generate_secret()
+    webhooks = f"""
+    server:
+      webhooks:
+        allow: ["127.0.0.1"]
+        poll_interval: 0.1
+        endpoints:
+          - url: "{receiver.url}/all"
+            secrets: ["{configured_secret}"]
+            events: ["job.*"]
+    """
+    config = write_config(JOBS, extra=webhooks)
+    server = thread_server(config, settings=FAST_JOBS)
+    c = client(server.base_url, make_key(config=config))
+
+    def hook(url: str) -> dict[str, Any]:
+        return {"url": url, "secret": job_secret}
+
+    # Refused at registration: a loopback URL that is not on the allow-list, a bad secret.
+    refused = c.post("/v1/jobs", json={"input": "log w", "webhook": hook("http://127.0.0.2:9/x")})
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "webhook_refused"
+    bad_secret = c.post(
+        "/v1/jobs",
+        json={"input": "log w", "webhook": {"url": receiver.url + "/job", "secret": "nope"}},
+    )
+    assert bad_secret.status_code == 422
+    assert c.get("/v1/jobs").json() == {"jobs": []}
+
+    made = c.post("/v1/jobs", json={"input": "log hooked", "webhook": hook(receiver.url + "/job")})
+    assert made.status_code == 202, made.text
+    job = made.json()
+    assert job["webhook_url"] == receiver.url + "/job" and "secret" not in made.text
+    _wait_for(c, job["id"], "completed")
+    _wait_received(receiver, 2)
+    time.sleep(0.3)
+    assert len(receiver.received) == 2  # one delivery per receiver, no more
+    by_secret = {}
+    for headers, body in receiver.received:
+        for secret in (configured_secret, job_secret):
+            try:
+                by_secret[secret] = verify(secret, headers, body)
+            except WebhookVerificationError:
+                continue
+    assert set(by_secret) == {configured_secret, job_secret}
+    for event in by_secret.values():
+        assert event["type"] == "job.finished"
+        assert event["data"]["job_id"] == job["id"]
+        assert event["data"]["status"] == "completed"
+    # Tampered: the body changed after signing does not verify.
+    headers, body = receiver.received[0]
+    with pytest.raises(WebhookVerificationError):
+        verify([configured_secret, job_secret], headers, body.replace(b"completed", b"failed__"))
+    assert json.loads(body)["data"]["session_id"] == job["session_id"]
+
+
+@pytest.mark.e2e
+def test_sigterm_suspends_a_running_job_and_the_restarted_server_finishes_it(
+    write_config: Any,
+    serve_process: Any,
+    client: Any,
+    make_key: Any,
+    in_store: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = write_config(JOBS, extra=SERVER + "      drain_seconds: 0.5\n")
+    key = make_key(config=config)
+    monkeypatch.setenv("KOBOI_DEMO_STEP_SECONDS", "1.5")  # the tool is mid-call at SIGTERM
+    server = serve_process(config)
+    c = client(server.base_url, key)
+    job = c.post("/v1/jobs", json={"input": "log term-1"}).json()
+    _wait_for(c, job["id"], "running")
+    time.sleep(0.3)
+    assert server.stop(signal.SIGTERM) == 0, server.log()
+
+    async def read_job(store: Any) -> Any:
+        return await store.get_job(job["id"])
+
+    async def read_events(store: Any) -> list[Any]:
+        return list(await store.read(job["session_id"]))
+
+    left = in_store(read_job, config)
+    # Suspended, not cancelled: still running (its lease runs out), its journal resumable.
+    assert (left.status, left.cancel_requested) == ("running", False)
+    assert not any(e.type == "run_finished" for e in in_store(read_events, config))
+
+    monkeypatch.setenv("KOBOI_DEMO_STEP_SECONDS", "0")
+    restarted = serve_process(config)
+    done = _wait_for(client(restarted.base_url, key), job["id"], "completed", "failed", seconds=30)
+    assert done["status"] == "completed" and done["attempts"] == 2, done
+    assert _log(config) == ["term-1"]  # the call in flight ran once, and not again
+    finished = [e for e in in_store(read_events, config) if e.type == "run_finished"]
+    assert [e.data["outcome"] for e in finished] == ["completed"]
+
+
+SHELL = """
+    agent: {{name: served, mode: yolo, lease_seconds: 2}}
+    llm:
+      provider: scripted
+      rules:
+        - match: 'run (?P<cmd>.+)'
+          tool: run_shell
+          arguments: {{command: "{{cmd}}"}}
+          reply: "ran: {{result}}"
+      fallback: "Nothing to run."
+    tools: {{builtin: [run_shell]}}
+    sandbox: {{backend: {backend}, workdir: work}}
+    store: {{url: "sqlite:///koboi.db"}}
+"""
+
+
+def test_jobs_follow_the_c3_rule_and_cancel_kills_the_running_process(
+    write_config: Any, thread_server: Any, client: Any, make_key: Any, tmp_path: Path
+) -> None:
+    # A destructive tool without an isolating sandbox: no jobs (chat is not affected).
+    open_config = write_config(SHELL.format(backend="passthrough"), name="open.yaml")
+    key = make_key(config=open_config)
+    unsafe = thread_server(open_config, settings=FAST_JOBS)
+    c = client(unsafe.base_url, key)
+    refused = c.post("/v1/jobs", json={"input": "run true"})
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "jobs_refused"
+    assert "destructive" in refused.json()["error"]["message"]
+    assert c.get("/healthz").status_code == 200
+    assert c.get("/v1/jobs").json() == {"jobs": []}
+
+    # Positive control: the same tool in an isolating sandbox runs as a job; cancelling
+    # it kills the process it started.
+    config = write_config(SHELL.format(backend="restricted"), name="isolated.yaml")
+    server = thread_server(config, settings={**FAST_JOBS, "job_lease_seconds": 0.6})
+    c = client(server.base_url, make_key(config=config))
+    # A sleep no other process runs: found by its command line.
+    seconds = f"{29 + os.getpid() % 1000 / 1000:.3f}"
+    job = c.post("/v1/jobs", json={"input": f"run exec sleep {seconds}"})
+    assert job.status_code == 202, job.text
+    job_id = job.json()["id"]
+    deadline = time.monotonic() + 20
+    while not (pids := _sleepers(seconds)):
+        assert time.monotonic() < deadline, c.get(f"/v1/jobs/{job_id}").json()
+        time.sleep(0.05)
+    (pid,) = pids
+    os.kill(pid, 0)  # the sleeper runs
+    assert c.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+    done = _wait_for(c, job_id, "cancelled", "completed", "failed")
+    assert done["status"] == "cancelled", done
+    deadline = time.monotonic() + 5
+    while _alive(pid):
+        assert time.monotonic() < deadline, f"process {pid} still runs after the cancel"
+        time.sleep(0.05)
+
+
+def _sleepers(seconds: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv[:2] == [b"sleep", seconds.encode()]:
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat")
+    # A zombie has exited: only its exit status is left to collect.
+    return not (status.exists() and status.read_text().split(") ", 1)[-1].startswith("Z"))
