@@ -95,9 +95,15 @@ def member(session: nox.Session, package: str) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Everything installed together: every member's tests and the cross-package tests/."""
+    """Everything installed together: every member's tests and the cross-package tests/.
+
+    A member's tests marked ``slow`` (real servers, killed processes) already ran
+    in that member's own session; they are not run a second time here, to keep
+    the whole suite within its time budget. The cross-package tests/ all run.
+    """
     paths = [str(MEMBERS[name] / "tests") for name in TESTED]
-    session.run("pytest", *paths, "tests", "-q", *session.posargs, env=PYTEST_ENV)
+    session.run("pytest", *paths, "-q", "-m", "not slow", *session.posargs, env=PYTEST_ENV)
+    session.run("pytest", "tests", "-q", *session.posargs, env=PYTEST_ENV)
 
 
 @nox.session

@@ -433,3 +433,31 @@ def client() -> Iterator[Callable[..., httpx.Client]]:
     yield make
     for c in made:
         c.close()
+
+
+#: Modules whose tests start real servers or processes: slow, so they run once, in this
+#: member's own nox session, not again in the combined one (see noxfile.py).
+_SERVER_MODULES = frozenset(
+    {
+        "test_approvals",
+        "test_chat",
+        "test_example_client",
+        "test_fuzz",
+        "test_http",
+        "test_jobs",
+        "test_jobs_http",
+        "test_keys",
+        "test_ownership",
+        "test_recovery",
+        "test_replicas",
+        "test_restart",
+        "test_docs_and_composition",
+        "test_webhooks_delivery",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.stem in _SERVER_MODULES and item.path.parent == Path(__file__).parent:
+            item.add_marker(pytest.mark.slow)
