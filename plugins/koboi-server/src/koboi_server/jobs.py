@@ -73,6 +73,26 @@ async def submit_job(
     )
 
 
+async def ensure_job_session(store: Store, job: Job, config: AgentConfig) -> None:
+    """Create the job's session (owned by the job's owner) unless it exists.
+
+    Whoever needs it first makes it: the runner that claims the job, or a client
+    that follows a job still queued. Of two racing creators one wins; the other
+    finds the session made.
+    """
+    try:
+        await store.get_session(job.session_id)
+    except SessionNotFound:
+        with contextlib.suppress(StoreError):
+            await store.create_session(
+                job.session_id,
+                owner=job.owner,
+                config_name=config.agent.name,
+                config_hash=config.config_hash,
+                metadata={"job": job.id},
+            )
+
+
 def default_holder() -> str:
     """Who claims jobs: host, process and a random part (as session leases name holders)."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -312,18 +332,7 @@ class JobRunner:
 
     async def _execute(self, job: Job) -> dict[str, Any]:
         """Run the job's session: start it, resume it, or read how it already ended."""
-        store = self.agent.store
-        try:
-            await store.get_session(job.session_id)
-        except SessionNotFound:
-            with contextlib.suppress(StoreError):  # a racing claimer created it first
-                await store.create_session(
-                    job.session_id,
-                    owner=job.owner,
-                    config_name=self.agent.config.agent.name,
-                    config_hash=self.agent.config.config_hash,
-                    metadata={"job": job.id},
-                )
+        await ensure_job_session(self.agent.store, job, self.agent.config)
         while True:
             try:
                 return await self._continue(job)

@@ -7,7 +7,6 @@ submitted it; another principal gets 404 on every route, as for sessions.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 from typing import Annotated, Literal
@@ -15,7 +14,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Header, Query, Request, Security
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from koboi.errors import IdempotencyConflict, JobNotFound, KoboiError, SessionNotFound, StoreError
+from koboi.errors import IdempotencyConflict, JobNotFound, KoboiError, StoreError
 from koboi.store import Job, JobStatus
 from koboi_server.api import (
     _SSE_RESPONSE,
@@ -26,7 +25,7 @@ from koboi_server.api import (
     session_events,
 )
 from koboi_server.errors import ApiError, not_found
-from koboi_server.jobs import submit_job
+from koboi_server.jobs import ensure_job_session, submit_job
 from koboi_server.keys import Principal
 from koboi_server.models import JobCreate, JobList, JobView
 from koboi_server.state import ServerState
@@ -271,19 +270,7 @@ async def job_events(
 ) -> StreamingResponse:
     """Same stream as ``GET /v1/sessions/{session_id}/events`` of the job's session."""
     job = await owned_job(state, job_id, principal)
-    store = state.store
-    config = state.config
-    # A queued job's session is created by its runner; make it now so there is
-    # something to follow (the runner then finds it).
-    try:
-        await store.get_session(job.session_id)
-    except SessionNotFound:
-        with contextlib.suppress(StoreError):  # a runner created it meanwhile
-            await store.create_session(
-                job.session_id,
-                owner=job.owner,
-                config_name=config.agent.name,
-                config_hash=config.config_hash,
-                metadata={"job": job.id},
-            )
+    # A queued job's session is made by its runner; make it now so there is
+    # something to follow.
+    await ensure_job_session(state.store, job, state.config)
     return await session_events(job.session_id, request, state, principal, last_event_id, after)
