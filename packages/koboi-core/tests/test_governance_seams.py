@@ -26,39 +26,16 @@ from koboi import (
     tool,
 )
 from koboi.messages import (
-    Message,
-    ModelRequest,
-    ModelResponse,
     ToolCall,
     argument_problem,
     decode_tool_arguments,
     duplicate_key,
     loads_json,
 )
-from koboi.provider import ModelProvider
 from koboi_scripted import ScriptedProvider
+from koboi_testing.models import InOrderModel
 
 pytestmark = pytest.mark.anyio
-
-
-class InOrder(ModelProvider):
-    """Answers calls strictly in order, whoever makes them (a parent and its sub-agent share it),
-    and passes tool calls through exactly as given (raw arguments included)."""
-
-    name = "in-order"
-
-    def __init__(self, turns: list[Any]) -> None:
-        self.turns = list(turns)
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        turn = self.turns.pop(0)
-        if isinstance(turn, str):
-            return ModelResponse(message=Message.assistant(turn))
-        if isinstance(turn, dict):
-            turn = ToolCall(
-                id=f"c{len(self.turns)}", name=turn["name"], arguments=turn["arguments"]
-            )
-        return ModelResponse(message=Message.assistant(tool_calls=(turn,)))
 
 
 @tool(risk="moderate")
@@ -117,7 +94,7 @@ def test_repeated_keys_are_found_at_any_depth() -> None:
 
 async def test_a_call_with_a_repeated_key_is_refused_and_the_model_told_why() -> None:
     raw = ToolCall(id="c1", name="look", raw_arguments='{"what": "a", "what": "b"}')
-    result, events = await run(make([], provider=InOrder([raw, "done"])))
+    result, events = await run(make([], provider=InOrderModel([raw, "done"])))
     ((stage, reason),) = refusals(events)
     assert stage == "arguments" and "'what' appears more than once" in reason
     assert "appears more than once" in result.messages[2].content
@@ -399,7 +376,7 @@ async def test_a_sub_agent_runs_under_the_parents_interceptors_and_approver() ->
     ]
     a = make(
         [],
-        provider=InOrder(turns),
+        provider=InOrderModel(turns),
         tools=(delegate, note),
         approver=AllowAllApprover(),
         interceptors=[NoNotesAboutProd()],

@@ -97,22 +97,6 @@ def turn() -> Callable[..., dict[str, Any]]:
 def in_order() -> Callable[[list[Any]], Any]:
     """``in_order(turns)``: a model that answers calls strictly in order, whoever makes them
     (a parent and its sub-agent share it). A turn is a text or a ``{"name", "arguments"}``."""
-    from koboi.messages import Message, ModelRequest, ModelResponse, ToolCall
-    from koboi.provider import ModelProvider
+    from koboi_testing.models import InOrderModel
 
-    class InOrder(ModelProvider):
-        name = "in-order"
-
-        def __init__(self, turns: list[Any]) -> None:
-            self.turns = list(turns)
-
-        async def complete(self, request: ModelRequest) -> ModelResponse:
-            turn = self.turns.pop(0)
-            if isinstance(turn, str):
-                return ModelResponse(message=Message.assistant(turn))
-            call = ToolCall(
-                id=f"c{len(self.turns)}", name=turn["name"], arguments=turn["arguments"]
-            )
-            return ModelResponse(message=Message.assistant(tool_calls=(call,)))
-
-    return InOrder
+    return InOrderModel
