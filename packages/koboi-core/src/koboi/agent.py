@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 
+from koboi import _hints
 from koboi import journal as J
 from koboi.approval import Approver, DenyAllApprover
 from koboi.config import (
@@ -377,8 +378,8 @@ def _refuse_unenforced_mode(config: AgentConfig, interceptors: Sequence[Intercep
     if mode in ("chat", "plan") and not any("mode" in i.enforces for i in interceptors):
         raise KoboiError(
             f"agent.mode is '{mode}', but no installed plugin enforces modes (install "
-            "koboi-governance, or check that it is not disabled); with agent.mode: act the "
-            "kernel's approvals alone apply"
+            f"{_hints.SECTIONS['governance']}, or check that it is not disabled); with "
+            "agent.mode: act the kernel's approvals alone apply"
         )
 
 
