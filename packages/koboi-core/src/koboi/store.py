@@ -112,6 +112,9 @@ class AuditEntry:
 
 JobStatus = Literal["queued", "running", "awaiting_approval", "completed", "failed", "cancelled"]
 
+#: A record to put with another write: ``(kind, key, data)`` (see :meth:`Store.update_job`).
+RecordWrite = tuple[str, str, Mapping[str, Any]]
+
 #: A job in one of these states is done: it is never claimed again.
 TERMINAL_JOB_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 
@@ -409,6 +412,14 @@ class Store(ABC):
         """The job, or :class:`JobNotFound`."""
 
     @abstractmethod
+    async def find_job(self, *, owner: str | None, idempotency_key: str) -> Job | None:
+        """The owner's job created with ``idempotency_key``, or None.
+
+        A read, for answering a repeated request before anything else is checked
+        (a retry whose job exists must get it back even when the queue is full).
+        """
+
+    @abstractmethod
     async def list_jobs(
         self, *, owner: str | None = None, status: JobStatus | None = None, limit: int = 50
     ) -> list[Job]:
@@ -439,11 +450,32 @@ class Store(ABC):
         *,
         status: JobStatus,
         result: Mapping[str, Any] | None = None,
+        records: Sequence[RecordWrite] = (),
     ) -> Job:
         """Set the status (and result) of a job held with ``job.fence``, else :class:`FencedOut`.
 
-        A terminal status releases the lease.
+        A terminal status releases the lease. ``records`` (kind, key, data) are put
+        (as :meth:`record_put`, without expiry) in the same transaction: an outbox,
+        so what must follow a final status (a webhook) is stored with it or not at all.
         """
+
+    @abstractmethod
+    async def release_job(self, job: Job) -> Job:
+        """Give up a job held with ``job.fence`` without finishing it, else :class:`FencedOut`.
+
+        Its status is kept and its lease ends now, so the next :meth:`claim_job`
+        (of any process) takes it at once instead of after the lease would have run
+        out: what a process that stops on purpose does with jobs it leaves resumable.
+        """
+
+    async def purge_expired(self) -> int:
+        """Delete expired records and counters; return how many.
+
+        Expired rows are ignored as soon as they expire, but a store may keep them
+        until this is called (the server calls it periodically). The default, for
+        stores that drop expired rows as they go, deletes nothing.
+        """
+        return 0
 
     @abstractmethod
     async def cancel_job(self, job_id: str) -> Job:
@@ -745,6 +777,12 @@ class InMemoryStore(Store):
         found.sort(key=lambda j: j.created_at, reverse=True)
         return found[: max(limit, 0)]
 
+    async def find_job(self, *, owner: str | None, idempotency_key: str) -> Job | None:
+        for job in self._jobs.values():
+            if job.owner == owner and job.idempotency_key == idempotency_key:
+                return job
+        return None
+
     async def claim_job(self, holder: str, ttl: float) -> Job | None:
         now = time.time()
         for job in sorted(self._jobs.values(), key=lambda j: j.created_at):
@@ -788,8 +826,15 @@ class InMemoryStore(Store):
         *,
         status: JobStatus,
         result: Mapping[str, Any] | None = None,
+        records: Sequence[RecordWrite] = (),
     ) -> Job:
         current = self._held(job)
+        try:
+            copies = [(kind, key, _json_copy(data)) for kind, key, data in records]
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"record data must be JSON: {exc}") from None
+        for kind, key, data in copies:
+            self._records[kind, key] = (data, None)
         done = status in TERMINAL_JOB_STATUSES
         updated = replace(
             current,
@@ -801,6 +846,12 @@ class InMemoryStore(Store):
         )
         self._jobs[job.id] = updated
         return updated
+
+    async def release_job(self, job: Job) -> Job:
+        current = self._held(job)
+        released = replace(current, lease_expires_at=time.time(), updated_at=time.time())
+        self._jobs[job.id] = released
+        return released
 
     async def cancel_job(self, job_id: str) -> Job:
         job = await self.get_job(job_id)
@@ -819,6 +870,16 @@ class InMemoryStore(Store):
             value, expiry = 0, expires_at
         self._counters[key] = (value + amount, expiry)
         return value + amount
+
+    async def purge_expired(self) -> int:
+        now = time.time()
+        records = [k for k, (_, expiry) in self._records.items() if _expired(expiry, now)]
+        counters = [k for k, (_, expiry) in self._counters.items() if _expired(expiry, now)]
+        for record in records:
+            del self._records[record]
+        for counter in counters:
+            del self._counters[counter]
+        return len(records) + len(counters)
 
     async def cache_get(self, key: str) -> dict[str, Any] | None:
         entry = self._cache.get(key)

@@ -1,10 +1,12 @@
 """``SQLStore``: the koboi journal and sessions on SQLite or PostgreSQL.
 
-Every operation is one transaction run by SQLAlchemy's synchronous engine in a
-worker thread (``anyio.to_thread.run_sync``): one thread hop per call, a cost
-measured in benchmarks/bench_store.py and small next to a commit's fsync. The
-hop is not abandoned on cancellation, so a write that started always finishes
-(committed or rolled back) before the caller sees the cancellation.
+Operations run on SQLAlchemy's synchronous engine in a worker thread
+(``anyio.to_thread.run_sync``). On PostgreSQL every operation is one
+transaction and one thread hop. On SQLite the writes of concurrent callers are
+grouped: one transaction (each write in its own savepoint), one commit and one
+thread hop per batch (see :mod:`koboi_store_sql.group_commit`). Either way a
+write that started always finishes (committed or rolled back) before its
+caller sees a cancellation.
 
 Timestamps (``created_at``, ``updated_at``, ``at``, lease ``expires_at``) come
 from this process's clock (``time.time()``), not the database's: the nodes
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio.to_thread
-from sqlalchemy import and_, bindparam, case, func, insert, or_, select, update
+from sqlalchemy import and_, bindparam, case, delete, func, insert, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -43,6 +45,7 @@ from koboi.store import (
     JournalEvent,
     Lease,
     NewEvent,
+    RecordWrite,
     SessionInfo,
     SessionStatus,
     Store,
@@ -50,6 +53,7 @@ from koboi.store import (
     new_session_id,
 )
 from koboi_store_sql import database as db
+from koboi_store_sql.prepared import INTEGRITY_ERRORS, Prepared
 from koboi_store_sql.schema import audit as audit_table
 from koboi_store_sql.schema import counters, jobs, leases, records, response_cache, sessions
 from koboi_store_sql.schema import events as events_table
@@ -70,17 +74,85 @@ _SESSION_COLUMNS = (
 )
 
 
-# The append path's statements, built once: building and cache-keying them per
-# call cost about a third of an append (benchmarks/bench_store.py).
-_LOCK_LAST_SEQ = (
+# The statements of a run's writes (session, status, lease, journal), built once
+# and compiled once (prepared.py): per call, SQLAlchemy's execution machinery cost
+# more than SQLite's own work (benchmarks/server/README.md).
+_LOCK_LAST_SEQ = Prepared(
     select(sessions.c.last_seq).where(sessions.c.id == bindparam("sid")).with_for_update()
 )
-_INSERT_EVENTS = insert(events_table)
-_INSERT_AUDIT = insert(audit_table)
-_ADVANCE_SESSION = (
+_INSERT_EVENTS = Prepared(
+    insert(events_table).values(
+        session_id=bindparam("e_session"),
+        seq=bindparam("e_seq"),
+        type=bindparam("e_type"),
+        data=bindparam("e_data"),
+        at=bindparam("e_at"),
+    )
+)
+_INSERT_AUDIT = Prepared(
+    insert(audit_table).values(
+        session_id=bindparam("a_session"), at=bindparam("a_at"), data=bindparam("a_data")
+    )
+)
+_ADVANCE_SESSION = Prepared(
     update(sessions)
     .where(sessions.c.id == bindparam("sid"))
     .values(last_seq=bindparam("last"), updated_at=bindparam("now"))
+)
+_SESSION_EXISTS = Prepared(select(sessions.c.id).where(sessions.c.id == bindparam("sid")))
+_EVENTS_AFTER = (
+    select(events_table.c.seq, events_table.c.type, events_table.c.data, events_table.c.at)
+    .where(events_table.c.session_id == bindparam("sid"), events_table.c.seq > bindparam("after"))
+    .order_by(events_table.c.seq)
+)
+_READ_EVENTS = Prepared(_EVENTS_AFTER)
+_GET_RECORD = Prepared(
+    select(records.c.data).where(
+        records.c.kind == bindparam("kind"),
+        records.c.key == bindparam("key"),
+        records.c.expires_at.is_(None) | (records.c.expires_at > bindparam("now")),
+    )
+)
+_SELECT_SESSION = select(*_SESSION_COLUMNS).where(sessions.c.id == bindparam("sid"))
+_GET_SESSION = Prepared(_SELECT_SESSION)
+_LOCK_SESSION = Prepared(_SELECT_SESSION.with_for_update())
+_INSERT_SESSION = Prepared(
+    insert(sessions).values({column.name: bindparam(f"s_{column.name}") for column in sessions.c})
+)
+_SET_STATUS = Prepared(
+    update(sessions)
+    .where(sessions.c.id == bindparam("sid"))
+    .values(status=bindparam("status"), updated_at=bindparam("now"))
+)
+_LEASE_ROW = Prepared(
+    select(leases.c.holder, leases.c.fence, leases.c.expires_at).where(
+        leases.c.session_id == bindparam("sid")
+    )
+)
+_INSERT_LEASE = Prepared(
+    insert(leases).values(
+        session_id=bindparam("sid"),
+        holder=bindparam("l_holder"),
+        fence=bindparam("l_fence"),
+        expires_at=bindparam("l_expires"),
+    )
+)
+_UPDATE_LEASE = Prepared(
+    update(leases)
+    .where(leases.c.session_id == bindparam("sid"))
+    .values(
+        holder=bindparam("l_holder"), fence=bindparam("l_fence"), expires_at=bindparam("l_expires")
+    )
+)
+_RENEW_LEASE = Prepared(
+    update(leases)
+    .where(leases.c.session_id == bindparam("sid"))
+    .values(holder=bindparam("l_holder"), expires_at=bindparam("l_expires"))
+)
+_RELEASE_LEASE = Prepared(
+    update(leases)
+    .where(leases.c.session_id == bindparam("sid"), leases.c.fence == bindparam("l_fence"))
+    .values(expires_at=bindparam("l_expires"))
 )
 
 
@@ -91,17 +163,18 @@ def _encode(data: Mapping[str, Any]) -> str:
         raise StoreError(f"journal event data must be JSON: {exc}") from None
 
 
-def _session(row: Any) -> SessionInfo:
+def _session(row: Sequence[Any]) -> SessionInfo:
+    """A session from a row of ``_SESSION_COLUMNS`` (by position: rows may be plain tuples)."""
     return SessionInfo(
-        id=row.id,
-        status=row.status,
-        created_at=float(row.created_at),
-        updated_at=float(row.updated_at),
-        config_name=row.config_name,
-        config_hash=row.config_hash,
-        owner=row.owner,
-        metadata=json.loads(row.metadata),
-        last_seq=int(row.last_seq),
+        id=row[0],
+        status=row[1],
+        created_at=float(row[2]),
+        updated_at=float(row[3]),
+        config_name=row[4],
+        config_hash=row[5],
+        owner=row[6],
+        metadata=json.loads(row[7]),
+        last_seq=int(row[8]),
     )
 
 
@@ -143,6 +216,17 @@ def _dialect(connection: Connection) -> Any:
 
 def _unexpired(column: Any) -> Any:
     return column.is_(None) | (column > bindparam("now"))
+
+
+def _put_record(
+    connection: Connection, kind: str, key: str, data: str, expires_at: float | None
+) -> None:
+    """Insert or replace one keyed record (its data already encoded)."""
+    values = {"data": data, "expires_at": expires_at, "updated_at": time.time()}
+    statement = _dialect(connection).insert(records).values(kind=kind, key=key, **values)
+    connection.execute(
+        statement.on_conflict_do_update(index_elements=[records.c.kind, records.c.key], set_=values)
+    )
 
 
 def _not_found(session_id: str) -> SessionNotFound:
@@ -199,6 +283,9 @@ class SQLStore(Store):
     async def _write(self, operation: Callable[[Connection], T]) -> T:
         database = self._db()
         target = self.target
+        if database.committer is not None:
+            # SQLite: concurrent writes share transactions (group_commit.py).
+            return await database.committer.write(operation, target.durability, target.busy_timeout)
 
         def run() -> T:
             with database.write(target.durability, target.busy_timeout) as connection:
@@ -238,21 +325,21 @@ class SQLStore(Store):
             metadata=json.loads(_encode(dict(metadata or {}))),
         )
         values = {
-            "id": info.id,
-            "status": info.status,
-            "created_at": now,
-            "updated_at": now,
-            "config_name": config_name,
-            "config_hash": config_hash,
-            "owner": owner,
-            "metadata": _encode(info.metadata),
-            "last_seq": 0,
+            "s_id": info.id,
+            "s_status": info.status,
+            "s_created_at": now,
+            "s_updated_at": now,
+            "s_config_name": config_name,
+            "s_config_hash": config_hash,
+            "s_owner": owner,
+            "s_metadata": _encode(info.metadata),
+            "s_last_seq": 0,
         }
 
         def create(connection: Connection) -> SessionInfo:
             try:
-                connection.execute(insert(sessions).values(**values))
-            except IntegrityError:
+                _INSERT_SESSION.execute(connection, values)
+            except INTEGRITY_ERRORS:
                 raise StoreError(f"session {info.id!r} already exists") from None
             return info
 
@@ -263,10 +350,8 @@ class SQLStore(Store):
 
     @staticmethod
     def _get(connection: Connection, session_id: str, *, lock: bool = False) -> SessionInfo:
-        query = select(*_SESSION_COLUMNS).where(sessions.c.id == session_id)
-        if lock:
-            query = query.with_for_update()
-        row = connection.execute(query).first()
+        query = _LOCK_SESSION if lock else _GET_SESSION
+        row = query.execute(connection, {"sid": session_id}).fetchone()
         if row is None:
             raise _not_found(session_id)
         return _session(row)
@@ -296,11 +381,7 @@ class SQLStore(Store):
             if fence is not None:
                 self._check_fence(connection, session_id, fence)
             now = time.time()
-            connection.execute(
-                update(sessions)
-                .where(sessions.c.id == session_id)
-                .values(status=status, updated_at=now)
-            )
+            _SET_STATUS.execute(connection, {"sid": session_id, "status": status, "now": now})
             return replace(info, status=status, updated_at=now)
 
         return await self._write(set_)
@@ -339,30 +420,33 @@ class SQLStore(Store):
         def append(connection: Connection) -> list[JournalEvent]:
             # The session row is the per-session lock (FOR UPDATE on PostgreSQL;
             # SQLite's BEGIN IMMEDIATE already excludes every other writer).
-            last = connection.execute(_LOCK_LAST_SEQ, {"sid": session_id}).scalar_one_or_none()
-            if last is None:
+            found = _LOCK_LAST_SEQ.execute(connection, {"sid": session_id}).fetchone()
+            if found is None:
                 raise _not_found(session_id)
+            last = int(found[0])
             if fence is not None:
                 self._check_fence(connection, session_id, fence)
             now = time.time()
             if audited:
-                connection.execute(
-                    _INSERT_AUDIT,
-                    [{"session_id": session_id, "at": now, "data": data} for data in audited],
+                _INSERT_AUDIT.execute_many(
+                    connection,
+                    [{"a_session": session_id, "a_at": now, "a_data": data} for data in audited],
                 )
             if not encoded:
                 return []
-            rows = [
-                {"session_id": session_id, "seq": last + i, "type": kind, "data": data, "at": now}
+            rows: list[dict[str, Any]] = [
+                {"e_session": session_id, "e_seq": last + i, "e_type": kind, "e_data": data}
                 for i, (kind, data) in enumerate(encoded, start=1)
             ]
-            connection.execute(_INSERT_EVENTS, rows)
-            connection.execute(
-                _ADVANCE_SESSION, {"sid": session_id, "last": last + len(rows), "now": now}
+            for row in rows:
+                row["e_at"] = now
+            _INSERT_EVENTS.execute_many(connection, rows)
+            _ADVANCE_SESSION.execute(
+                connection, {"sid": session_id, "last": last + len(rows), "now": now}
             )
             return [
-                JournalEvent(session_id, row["seq"], row["type"], json.loads(row["data"]), now)
-                for row in rows
+                JournalEvent(session_id, last + i, kind, json.loads(data), now)
+                for i, (kind, data) in enumerate(encoded, start=1)
             ]
 
         return await self._write(append)
@@ -370,25 +454,19 @@ class SQLStore(Store):
     async def read(
         self, session_id: str, *, after: int = 0, limit: int | None = None
     ) -> list[JournalEvent]:
-        query = (
-            select(events_table.c.seq, events_table.c.type, events_table.c.data, events_table.c.at)
-            .where(events_table.c.session_id == session_id, events_table.c.seq > after)
-            .order_by(events_table.c.seq)
-        )
-        if limit is not None:
-            query = query.limit(max(limit, 0))
+        params = {"sid": session_id, "after": after}
+        # A LIMIT is compiled into the statement: only the common, unlimited read
+        # is prepared.
+        query = _READ_EVENTS if limit is None else Prepared(_EVENTS_AFTER.limit(max(limit, 0)))
 
         def read(connection: Connection) -> list[JournalEvent]:
-            exists = connection.execute(
-                select(sessions.c.id).where(sessions.c.id == session_id)
-            ).first()
-            if exists is None:
+            if _SESSION_EXISTS.execute(connection, params).fetchone() is None:
                 raise _not_found(session_id)
             if limit is not None and limit <= 0:
                 return []
             return [
                 JournalEvent(session_id, int(seq), kind, json.loads(data), float(at))
-                for seq, kind, data, at in connection.execute(query)
+                for seq, kind, data, at in query.execute(connection, params).fetchall()
             ]
 
         return await self._read(read)
@@ -396,18 +474,15 @@ class SQLStore(Store):
     # -- leases ---------------------------------------------------------------------
 
     @staticmethod
-    def _lease_row(connection: Connection, session_id: str) -> Any:
-        """The session's lease row (holder, fence, expires_at), or None."""
-        return connection.execute(
-            select(leases.c.holder, leases.c.fence, leases.c.expires_at).where(
-                leases.c.session_id == session_id
-            )
-        ).first()
+    def _lease_row(connection: Connection, session_id: str) -> tuple[str, int, float] | None:
+        """The session's lease (holder, fence, expires_at), or None."""
+        row = _LEASE_ROW.execute(connection, {"sid": session_id}).fetchone()
+        return None if row is None else (str(row[0]), int(row[1]), float(row[2]))
 
     def _check_fence(self, connection: Connection, session_id: str, fence: int) -> None:
         current = self._lease_row(connection, session_id)
-        if current is None or int(current.fence) != fence:
-            holder = current.holder if current is not None else "nobody"
+        if current is None or current[1] != fence:
+            holder = current[0] if current is not None else "nobody"
             raise FencedOut(
                 f"session {session_id!r} was taken over (now held by {holder}); "
                 "this process must stop writing to it"
@@ -420,24 +495,21 @@ class SQLStore(Store):
             self._get(connection, session_id, lock=True)
             current = self._lease_row(connection, session_id)
             now = time.time()
-            if (
-                current is not None
-                and current.holder not in (holder, take_over_from)
-                and current.expires_at > now
-            ):
-                raise LeaseHeld(current.holder, float(current.expires_at), session_id)
-            if current is not None and current.holder == holder:
-                fence = int(current.fence)
+            if current is not None:
+                current_holder, current_fence, current_expiry = current
+                if current_holder not in (holder, take_over_from) and current_expiry > now:
+                    raise LeaseHeld(current_holder, current_expiry, session_id)
+                fence = current_fence if current_holder == holder else current_fence + 1
             else:
-                fence = (int(current.fence) if current is not None else 0) + 1
+                fence = 1
             lease = Lease(session_id, holder, fence, now + ttl)
-            values = {"holder": holder, "fence": fence, "expires_at": lease.expires_at}
-            if current is None:
-                connection.execute(insert(leases).values(session_id=session_id, **values))
-            else:
-                connection.execute(
-                    update(leases).where(leases.c.session_id == session_id).values(**values)
-                )
+            values = {
+                "sid": session_id,
+                "l_holder": holder,
+                "l_fence": fence,
+                "l_expires": lease.expires_at,
+            }
+            (_INSERT_LEASE if current is None else _UPDATE_LEASE).execute(connection, values)
             return lease
 
         return await self._write(acquire)
@@ -446,9 +518,7 @@ class SQLStore(Store):
         def get(connection: Connection) -> Lease | None:
             self._get(connection, session_id)
             row = self._lease_row(connection, session_id)
-            if row is None:
-                return None
-            return Lease(session_id, str(row.holder), int(row.fence), float(row.expires_at))
+            return None if row is None else Lease(session_id, *row)
 
         return await self._read(get)
 
@@ -457,10 +527,13 @@ class SQLStore(Store):
             self._get(connection, lease.session_id, lock=True)
             self._check_fence(connection, lease.session_id, lease.fence)
             renewed = replace(lease, expires_at=time.time() + ttl)
-            connection.execute(
-                update(leases)
-                .where(leases.c.session_id == lease.session_id)
-                .values(holder=lease.holder, expires_at=renewed.expires_at)
+            _RENEW_LEASE.execute(
+                connection,
+                {
+                    "sid": lease.session_id,
+                    "l_holder": lease.holder,
+                    "l_expires": renewed.expires_at,
+                },
             )
             return renewed
 
@@ -468,10 +541,8 @@ class SQLStore(Store):
 
     async def release_lease(self, lease: Lease) -> None:
         def release(connection: Connection) -> None:
-            connection.execute(
-                update(leases)
-                .where(leases.c.session_id == lease.session_id, leases.c.fence == lease.fence)
-                .values(expires_at=0.0)
+            _RELEASE_LEASE.execute(
+                connection, {"sid": lease.session_id, "l_fence": lease.fence, "l_expires": 0.0}
             )
 
         await self._write(release)
@@ -543,26 +614,18 @@ class SQLStore(Store):
         *,
         expires_at: float | None = None,
     ) -> None:
-        values = {"data": _encode(data), "expires_at": expires_at, "updated_at": time.time()}
+        encoded = _encode(data)
 
         def put(connection: Connection) -> None:
-            statement = _dialect(connection).insert(records).values(kind=kind, key=key, **values)
-            connection.execute(
-                statement.on_conflict_do_update(
-                    index_elements=[records.c.kind, records.c.key], set_=values
-                )
-            )
+            _put_record(connection, kind, key, encoded, expires_at)
 
         await self._write(put)
 
     async def record_get(self, kind: str, key: str) -> dict[str, Any] | None:
-        query = select(records.c.data).where(
-            records.c.kind == kind, records.c.key == key, _unexpired(records.c.expires_at)
-        )
-
         def get(connection: Connection) -> dict[str, Any] | None:
-            row = connection.execute(query, {"now": time.time()}).first()
-            return None if row is None else dict(json.loads(row.data))
+            params = {"kind": kind, "key": key, "now": time.time()}
+            row = _GET_RECORD.execute(connection, params).fetchone()
+            return None if row is None else dict(json.loads(row[0]))
 
         return await self._read(get)
 
@@ -698,6 +761,17 @@ class SQLStore(Store):
 
         return await self._read(get)
 
+    async def find_job(self, *, owner: str | None, idempotency_key: str) -> Job | None:
+        query = select(jobs).where(
+            jobs.c.owner_key == (owner or ""), jobs.c.idempotency_key == idempotency_key
+        )
+
+        def find(connection: Connection) -> Job | None:
+            row = connection.execute(query).first()
+            return _job(row) if row is not None else None
+
+        return await self._read(find)
+
     async def list_jobs(
         self, *, owner: str | None = None, status: JobStatus | None = None, limit: int = 50
     ) -> list[Job]:
@@ -780,11 +854,15 @@ class SQLStore(Store):
         *,
         status: JobStatus,
         result: Mapping[str, Any] | None = None,
+        records: Sequence[RecordWrite] = (),
     ) -> Job:
         encoded = _encode(result) if result is not None else None
+        outbox = [(kind, key, _encode(data)) for kind, key, data in records]
 
         def update_(connection: Connection) -> Job:
             row = self._held(connection, job)
+            for kind, key, data in outbox:
+                _put_record(connection, kind, key, data, None)
             values: dict[str, Any] = {"status": status, "updated_at": time.time()}
             if encoded is not None:
                 values["result"] = encoded
@@ -795,6 +873,16 @@ class SQLStore(Store):
             return _job_from(merged)
 
         return await self._write(update_)
+
+    async def release_job(self, job: Job) -> Job:
+        def release(connection: Connection) -> Job:
+            row = self._held(connection, job)
+            now = time.time()
+            values = {"lease_expires_at": now, "updated_at": now}
+            connection.execute(update(jobs).where(jobs.c.id == job.id).values(**values))
+            return _job_from({**row._mapping, **values})
+
+        return await self._write(release)
 
     async def cancel_job(self, job_id: str) -> Job:
         def cancel(connection: Connection) -> Job:
@@ -836,6 +924,19 @@ class SQLStore(Store):
             return int(connection.execute(statement).scalar_one())
 
         return await self._write(add)
+
+    async def purge_expired(self) -> int:
+        """Delete expired records and counters (they are ignored, not dropped, as they expire)."""
+
+        def purge(connection: Connection) -> int:
+            now = time.time()
+            removed = 0
+            for table in (records, counters):
+                expired = table.c.expires_at.is_not(None) & (table.c.expires_at <= now)
+                removed += connection.execute(delete(table).where(expired)).rowcount or 0
+            return removed
+
+        return await self._write(purge)
 
     # -- administration -------------------------------------------------------------
 

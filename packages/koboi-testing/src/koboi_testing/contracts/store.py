@@ -876,6 +876,10 @@ class StoreContract:
             request_hash="h1",
         )
         assert created and not created_again and again.id == first.id
+        found = await store.find_job(owner=owner, idempotency_key="k1")
+        assert found is not None and found.id == first.id
+        assert await store.find_job(owner=owner, idempotency_key="k2") is None
+        assert await store.find_job(owner=_unique("owner"), idempotency_key="k1") is None
         with pytest.raises(IdempotencyConflict):
             await store.create_job(
                 session_id="s",
@@ -986,3 +990,68 @@ class StoreContract:
         assert (await store.cancel_job(running.id)).status == finished.status == "cancelled"
         with pytest.raises(JobNotFound):
             await store.cancel_job("job_missing")
+
+    @pytest.mark.anyio
+    async def test_a_released_job_is_claimed_at_once_and_its_holder_fenced_out(
+        self, store: Store
+    ) -> None:
+        await self._drain(store)
+        job, _ = await store.create_job(session_id="s", owner=_unique("o"), request={})
+        held = await store.claim_job("node-a", 60)
+        assert held is not None and held.id == job.id
+        assert await store.claim_job("node-b", 60) is None  # held for a minute
+        released = await store.release_job(held)
+        assert released.status == "running" and released.fence == held.fence
+        taken = await store.claim_job("node-b", 60)
+        assert taken is not None and taken.id == job.id
+        assert (taken.holder, taken.fence, taken.attempts) == ("node-b", 2, 2)
+        with pytest.raises(FencedOut):
+            await store.release_job(held)  # the old holder has nothing left to give up
+        await store.update_job(taken, status="completed", result={})
+        with pytest.raises(FencedOut):
+            await store.release_job(taken)  # nor has anyone once the job is finished
+
+    @pytest.mark.anyio
+    async def test_records_given_with_a_job_update_are_written_with_it_or_not_at_all(
+        self, store: Store
+    ) -> None:
+        await self._drain(store)
+        kind = _unique("outbox")
+        job, _ = await store.create_job(session_id="s", owner=_unique("o"), request={})
+        held = await store.claim_job("node-a", _TTL)
+        assert held is not None and held.id == job.id
+        await anyio.sleep(_TTL + 0.1)
+        other = await store.claim_job("node-b", 60)
+        assert other is not None and other.id == job.id
+        # A fenced-out update writes neither the status nor its records.
+        with pytest.raises(FencedOut):
+            await store.update_job(
+                held, status="completed", result={"by": "a"}, records=[(kind, "a", {"n": 1})]
+            )
+        assert await store.record_get(kind, "a") is None
+        assert (await store.get_job(job.id)).status == "running"
+        done = await store.update_job(
+            other,
+            status="completed",
+            result={"by": "b"},
+            records=[(kind, "b1", {"n": 2}), (kind, "b2", {"list": [1, 2]})],
+        )
+        assert done.status == "completed"
+        assert await store.record_list(kind) == [("b1", {"n": 2}), ("b2", {"list": [1, 2]})]
+
+    @pytest.mark.anyio
+    async def test_purging_drops_expired_records_and_counters_only(self, store: Store) -> None:
+        kind = _unique("purge")
+        key = _unique("counter")
+        await store.record_put(kind, "old", {"n": 1}, expires_at=time.time() - 1)
+        await store.record_put(kind, "live", {"n": 2}, expires_at=time.time() + 60)
+        await store.record_put(kind, "forever", {"n": 3})
+        await store.counter_add(key + "-old", expires_at=time.time() + _TTL)
+        await store.counter_add(key + "-live", expires_at=time.time() + 60)
+        await anyio.sleep(_TTL + 0.1)
+        removed = await store.purge_expired()
+        assert removed >= 2  # at least this test's expired record and counter
+        assert await store.record_list(kind) == [("forever", {"n": 3}), ("live", {"n": 2})]
+        assert await store.counter_add(key + "-live", 0, expires_at=None) == 1
+        # A purged counter starts again from zero, as an expired one does.
+        assert await store.counter_add(key + "-old", 0, expires_at=None) == 0
