@@ -444,9 +444,11 @@ _SERVER_MODULES = frozenset(
         "test_example_client",
         "test_fuzz",
         "test_http",
+        "test_idempotency",
         "test_jobs",
         "test_jobs_http",
         "test_keys",
+        "test_memory",
         "test_ownership",
         "test_recovery",
         "test_replicas",
@@ -461,3 +463,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.stem in _SERVER_MODULES and item.path.parent == Path(__file__).parent:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def asgi_server() -> Iterator[Callable[[Any], ThreadServer]]:
+    """``asgi_server(app)``: any ASGI app (not only koboi's) served like ``thread_server``."""
+    started: list[ThreadServer] = []
+
+    def start(app: Any) -> ThreadServer:
+        server = ThreadServer(app).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in reversed(started):
+        server.stop()

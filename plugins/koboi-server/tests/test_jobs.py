@@ -92,6 +92,36 @@ async def test_a_job_runs_once_and_records_its_result(tmp_path: Path) -> None:
     assert [j.id for j in finished] == [job.id]
 
 
+async def test_the_outbox_is_written_with_the_final_status(tmp_path: Path) -> None:
+    config = _config(f"sqlite:///{tmp_path / 'k.db'}", ["done", "done again"])
+    seen: list[Any] = []
+
+    async def outbox(job: Any) -> list[Any]:
+        seen.append(job)
+        # What is passed is the job as it is about to be stored: final status, result.
+        return [("outbox", job.id, {"status": job.status, "output": job.result["output"]})]
+
+    async with JobRunner(config, outbox=outbox) as runner:
+        store = runner.agent.store
+        job, _ = await submit_job(store, owner="alice", input="go")
+        done = await runner.run_one()
+        assert done is not None and done.status == "completed"
+        assert [(j.id, j.status) for j in seen] == [(job.id, "completed")]
+        assert await store.record_get("outbox", job.id) == {
+            "status": "completed",
+            "output": "done",
+        }
+
+    async def broken(job: Any) -> list[Any]:
+        raise RuntimeError("receiver list unreadable")
+
+    async with JobRunner(config, outbox=broken) as runner:
+        job, _ = await submit_job(runner.agent.store, owner="alice", input="go again")
+        done = await runner.run_one()
+        # A failing outbox costs its records, never the job's final status.
+        assert done is not None and (done.id, done.status) == (job.id, "completed")
+
+
 async def test_an_empty_input_is_refused(tmp_path: Path) -> None:
     config = _config("memory://", ["x"])
     async with JobRunner(config) as runner:

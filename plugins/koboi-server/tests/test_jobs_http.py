@@ -155,6 +155,40 @@ def test_idempotency_key_replays_refuses_another_body_and_races_to_one_job(
     assert inputs.count(answers[0].json()["id"]) == 1 and len(inputs) == 3
 
 
+def test_admission_limits_answer_429_but_never_to_a_retry_of_a_queued_job(
+    write_config: Any, thread_server: Any, client: Any, make_key: Any
+) -> None:
+    config = write_config(JOBS)
+    limits = {"run_jobs": False, "max_queued_jobs": 2, "max_jobs_per_principal": 2}
+    server = thread_server(config, settings={**FAST_JOBS, **limits})
+    c = client(server.base_url, make_key(config=config))
+    for key in ("k-a", "k-b"):
+        made = c.post("/v1/jobs", json={"input": f"log {key}"}, headers={"Idempotency-Key": key})
+        assert made.status_code == 202, made.text
+    full = c.post("/v1/jobs", json={"input": "log k-c"}, headers={"Idempotency-Key": "k-c"})
+    assert full.status_code == 429 and full.json()["error"]["code"] == "too_many_jobs"
+    assert int(full.headers["retry-after"]) > 0
+    # The retry of a job already queued gets its answer back, full queue or not...
+    retry = c.post("/v1/jobs", json={"input": "log k-a"}, headers={"Idempotency-Key": "k-a"})
+    assert retry.status_code == 202 and retry.headers["idempotent-replayed"] == "true"
+    # ... and a reused key with another body is still told so, not 429.
+    reused = c.post("/v1/jobs", json={"input": "log other"}, headers={"Idempotency-Key": "k-a"})
+    assert reused.status_code == 422
+    assert reused.json()["error"]["code"] == "idempotency_key_reused"
+    assert len(c.get("/v1/jobs").json()["jobs"]) == 2
+
+    # The per-principal limit counts unfinished jobs only.
+    per_principal = {"run_jobs": False, "max_queued_jobs": 100, "max_jobs_per_principal": 1}
+    second = thread_server(config, settings={**FAST_JOBS, **per_principal})
+    bob = client(second.base_url, make_key("bob", config=config))
+    first = bob.post("/v1/jobs", json={"input": "log bob-1"})
+    assert first.status_code == 202
+    refused = bob.post("/v1/jobs", json={"input": "log bob-2"})
+    assert refused.status_code == 429 and "unfinished" in refused.json()["error"]["message"]
+    assert bob.post(f"/v1/jobs/{first.json()['id']}/cancel").json()["status"] == "cancelled"
+    assert bob.post("/v1/jobs", json={"input": "log bob-2"}).status_code == 202
+
+
 def test_cancel_a_queued_and_a_running_job(
     write_config: Any,
     thread_server: Any,
@@ -301,6 +335,68 @@ def test_a_job_of_a_killed_server_completes_after_a_restart_without_repeating_it
     assert [e.type for e in events].count("tool_call_interrupted") == 1
 
 
+@pytest.mark.e2e
+@pytest.mark.postgres
+def test_two_replicas_on_postgresql_the_survivor_finishes_the_killed_ones_job(
+    write_config: Any,
+    serve_process: Any,
+    client: Any,
+    make_key: Any,
+    in_store: Any,
+    pg_store_url: str,
+) -> None:
+    jobs_on_pg = JOBS.replace(
+        'store: {url: "sqlite:///koboi.db"}', f'store: {{url: "{pg_store_url}"}}'
+    )
+    config = write_config(jobs_on_pg, extra=SERVER, name="pg.yaml")
+    key = make_key(config=config)
+    marker = config.parent / "paused"
+    env = {**os.environ, "KOBOI_DEMO_PAUSE_AFTER_EFFECT": "replica-1"}
+    env["KOBOI_DEMO_PAUSE_MARKER"] = str(marker)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    # Replica A takes the job (it is alone when the job is queued) and stops right after
+    # the tool's effect, before the journal records that the call finished.
+    replica_a = _spawn_serve(config, port, env)
+    try:
+        a = client(f"http://127.0.0.1:{port}", key)
+        job = a.post("/v1/jobs", json={"input": "log replica-1"}).json()
+        deadline = time.monotonic() + 20
+        while not marker.exists():
+            assert time.monotonic() < deadline, "the job's tool never ran"
+            time.sleep(0.05)
+        replica_b = serve_process(config)  # the second replica, on the same database
+        b = client(replica_b.base_url, key)
+        assert b.get(f"/v1/jobs/{job['id']}").json()["status"] == "running"
+
+        async def holder(store: Any) -> str:
+            return str((await store.get_job(job["id"])).holder)
+
+        assert f":{replica_a.pid}:" in in_store(holder, config)
+        replica_a.send_signal(signal.SIGKILL)
+        replica_a.wait(10)
+        killed_at = time.monotonic()
+    finally:
+        if replica_a.poll() is None:
+            replica_a.kill()
+            replica_a.wait(10)
+    done = _wait_for(b, job["id"], "completed", "failed", "cancelled", seconds=30)
+    takeover = time.monotonic() - killed_at
+    assert done["status"] == "completed" and done["attempts"] == 2, done
+    assert _log(config) == ["replica-1"]  # the non-idempotent call was not run again
+    # Within the job lease (1 s) and the session lease (2 s), plus polling: not a wait
+    # on anything else.
+    assert takeover < 15, takeover
+
+    async def read(store: Any) -> list[Any]:
+        return list(await store.read(done["session_id"]))
+
+    events = in_store(read, config)
+    assert [e.type for e in events].count("tool_call_interrupted") == 1
+    assert [e.type for e in events].count("run_finished") == 1
+
+
 # -- webhooks --------------------------------------------------------------------------------
 
 
@@ -416,7 +512,10 @@ def test_sigterm_suspends_a_running_job_and_the_restarted_server_finishes_it(
     in_store: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    config = write_config(JOBS, extra=SERVER + "      drain_seconds: 0.5\n")
+    # A job lease far longer than the test may take: the restarted server can only
+    # resume the job in time because the stopping one gave its lease up.
+    long_lease = SERVER.replace("job_lease_seconds: 1", "job_lease_seconds: 60")
+    config = write_config(JOBS, extra=long_lease + "      drain_seconds: 0.5\n")
     key = make_key(config=config)
     monkeypatch.setenv("KOBOI_DEMO_STEP_SECONDS", "1.5")  # the tool is mid-call at SIGTERM
     server = serve_process(config)
@@ -436,10 +535,12 @@ def test_sigterm_suspends_a_running_job_and_the_restarted_server_finishes_it(
     # Suspended, not cancelled: still running (its lease runs out), its journal resumable.
     assert (left.status, left.cancel_requested) == ("running", False)
     assert not any(e.type == "run_finished" for e in in_store(read_events, config))
+    # ... and its lease given up, rather than left to run out in a minute.
+    assert left.lease_expires_at is not None and left.lease_expires_at <= time.time()
 
     monkeypatch.setenv("KOBOI_DEMO_STEP_SECONDS", "0")
     restarted = serve_process(config)
-    done = _wait_for(client(restarted.base_url, key), job["id"], "completed", "failed", seconds=30)
+    done = _wait_for(client(restarted.base_url, key), job["id"], "completed", "failed", seconds=20)
     assert done["status"] == "completed" and done["attempts"] == 2, done
     assert _log(config) == ["term-1"]  # the call in flight ran once, and not again
     finished = [e for e in in_store(read_events, config) if e.type == "run_finished"]
@@ -522,3 +623,34 @@ def _alive(pid: int) -> bool:
     status = Path(f"/proc/{pid}/stat")
     # A zombie has exited: only its exit status is left to collect.
     return not (status.exists() and status.read_text().split(") ", 1)[-1].startswith("Z"))
+
+
+def test_the_server_purges_expired_store_rows(
+    write_config: Any, thread_server: Any, in_store: Any
+) -> None:
+    config = write_config(JOBS)
+
+    async def seed(store: Any) -> None:
+        now = time.time()
+        await store.counter_add("webhook-claim:msg_old:0", 1, expires_at=now - 1)
+        await store.counter_add("webhook-claim:msg_live:0", 1, expires_at=now + 600)
+        await store.record_put("webhook", "msg_old", {"status": "delivered"}, expires_at=now - 1)
+
+    in_store(seed, config)
+    database = config.parent / "koboi.db"
+
+    def rows() -> tuple[list[str], int]:
+        import sqlite3
+
+        with sqlite3.connect(database) as db:
+            counters = [row[0] for row in db.execute("SELECT key FROM counters ORDER BY key")]
+            (records,) = db.execute("SELECT count(*) FROM records WHERE key = 'msg_old'").fetchone()
+        return counters, records
+
+    # Expired rows are ignored but still stored until a purge.
+    assert rows() == (["webhook-claim:msg_live:0", "webhook-claim:msg_old:0"], 1)
+    thread_server(config, settings={"purge_interval_seconds": 0.2, "run_jobs": False})
+    deadline = time.monotonic() + 10
+    while rows() != (["webhook-claim:msg_live:0"], 0):
+        assert time.monotonic() < deadline, rows()
+        time.sleep(0.05)

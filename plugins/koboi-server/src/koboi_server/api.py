@@ -16,7 +16,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPBearer
 
 from koboi.errors import SessionNotFound, StoreError
-from koboi.store import SessionInfo, SessionStatus
+from koboi.store import SessionInfo, SessionStatus, new_session_id
+from koboi_server import idempotency
 from koboi_server.errors import ApiError, not_found, unauthorized
 from koboi_server.keys import Principal
 from koboi_server.middleware import PRINCIPAL_KEY
@@ -41,6 +42,7 @@ _bearer = HTTPBearer(auto_error=False, description="An API key from 'koboi keys 
 
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     meaning = {
+        400: "The body could not be read (it is not UTF-8 JSON).",
         401: "Missing, malformed or revoked API key.",
         404: "No such object, or it belongs to another principal.",
         409: "The object is not in a state that allows this.",
@@ -55,7 +57,20 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 _SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "Server-sent events; see docs/server.md for the events and their ids.",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "content": {
+            "text/event-stream": {
+                # One server-sent event: its fields, as text.
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        "event": {"type": "string"},
+                        "data": {"type": "string"},
+                        "id": {"type": "string"},
+                    },
+                    "required": ["data"],
+                }
+            }
+        },
     }
 }
 
@@ -157,9 +172,7 @@ async def readyz(state: StateDep) -> Ready:
 v1 = APIRouter(prefix="/v1", dependencies=[Security(_bearer)])
 
 
-async def _session_for_chat(
-    state: ServerState, body: ChatRequest, principal: Principal
-) -> SessionInfo:
+def _check_message(state: ServerState, body: ChatRequest) -> None:
     limit = state.settings.max_message_chars
     if len(body.message) > limit:
         raise ApiError(
@@ -168,16 +181,76 @@ async def _session_for_chat(
             f"message: {len(body.message)} characters, more than the {limit} allowed "
             "(server.max_message_chars)",
         )
-    if body.session_id is not None:
-        return await owned_session(state, body.session_id, principal)
-    state.registry.admit(principal.name)
+
+
+async def _new_session(state: ServerState, principal: Principal, sid: str | None) -> SessionInfo:
     config = state.config
     return await state.store.create_session(
+        sid,
         config_name=config.agent.name,
         config_hash=config.config_hash,
         owner=principal.name,
         metadata={"origin": ORIGIN},
     )
+
+
+async def _start_chat(
+    state: ServerState, body: ChatRequest, principal: Principal, key: str | None, route: str
+) -> tuple[SessionInfo, ActiveRun] | idempotency.Finished:
+    """Start the chat's run; with an Idempotency-Key, or give back the run the key stands for.
+
+    Returns the session and the started run, or the earlier run's end (a retry of
+    a finished request). Raises 409 while the key's request is in progress and 422
+    when the key was used with another body.
+    """
+    _check_message(state, body)
+    if key is None:
+        if body.session_id is not None:
+            info = await owned_session(state, body.session_id, principal)
+        else:
+            state.registry.admit(principal.name)
+            info = await _new_session(state, principal, None)
+        return info, await state.registry.start(info.id, principal.name, body.message)
+    digest = idempotency.body_hash(route, body.model_dump(mode="json"))
+    for _ in range(3):
+        earlier = await idempotency.find(state, principal.name, key, digest)
+        if earlier is not None:
+            finished = await idempotency.outcome(state, earlier)
+            if finished is not None:
+                return finished
+            continue  # abandoned (its run never started) and withdrawn: claim it anew
+        existing: SessionInfo | None = None
+        if body.session_id is not None:
+            existing = await owned_session(state, body.session_id, principal)
+            sid, after = existing.id, existing.last_seq
+        else:
+            state.registry.admit(principal.name)
+            sid, after = new_session_id(), 0
+        if not await idempotency.claim(state, principal.name, key, digest, sid, after):
+            continue  # a concurrent request with this key claimed it first
+        try:
+            info = existing or await _new_session(state, principal, sid)
+            return info, await state.registry.start(info.id, principal.name, body.message)
+        except BaseException:
+            # Nothing ran under the claim: give it up so that a retry can start the run.
+            with anyio.CancelScope(shield=True):
+                await idempotency.withdraw(state, principal.name, key)
+            raise
+    raise ApiError(
+        409,
+        "idempotency_key_in_progress",
+        "requests with this Idempotency-Key keep racing; retry later",
+        headers={"Retry-After": "1"},
+    )
+
+
+_IDEMPOTENCY_KEY = Header(
+    alias="Idempotency-Key",
+    description="Send the same key again (with the same body) to get the first answer back "
+    "instead of acting twice: 409 while the first request is in progress, 422 if the body "
+    "differs. Scoped to your key's principal; remembered for "
+    "server.idempotency_retention_seconds.",
+)
 
 
 @v1.post(
@@ -186,11 +259,16 @@ async def _session_for_chat(
     summary="Run a message to its end and return the result",
     responses={
         202: {"model": ChatResult, "description": "The run waits for an approval, or still runs."},
-        **_errors(401, 404, 409, 413, 422, 429, 503),
+        **_errors(400, 401, 404, 409, 413, 422, 429, 503),
     },
     tags=["chat"],
 )
-async def chat(body: ChatRequest, state: StateDep, principal: PrincipalDep) -> Any:
+async def chat(
+    body: ChatRequest,
+    state: StateDep,
+    principal: PrincipalDep,
+    idempotency_key: Annotated[str | None, _IDEMPOTENCY_KEY] = None,
+) -> Any:
     """Run ``message`` (in a new session, or ``session_id`` of yours) and wait for its end.
 
     The run does not depend on this request: if the client goes away, it goes on.
@@ -198,8 +276,15 @@ async def chat(body: ChatRequest, state: StateDep, principal: PrincipalDep) -> A
     ``POST /v1/approvals/{id}``, then follow ``GET /v1/sessions/{id}/events``) or is
     still running after ``server.chat_wait_seconds``.
     """
-    info = await _session_for_chat(state, body, principal)
-    active = await state.registry.start(info.id, principal.name, body.message)
+    started = await _start_chat(
+        state, body, principal, idempotency.check_key(idempotency_key), "chat"
+    )
+    if isinstance(started, idempotency.Finished):
+        return JSONResponse(
+            content=_finished_result(started).model_dump(mode="json"),
+            headers={"Idempotent-Replayed": "true"},
+        )
+    _, active = started
     deadline = time.monotonic() + state.settings.chat_wait_seconds
     while not active.done.is_set() and not active.awaiting:
         if state.registry.draining and active.parked:
@@ -211,6 +296,22 @@ async def chat(body: ChatRequest, state: StateDep, principal: PrincipalDep) -> A
         with anyio.move_on_after(min(left, 1.0)):
             await changed.wait()
     return await _chat_answer(state, active, principal)
+
+
+def _finished_result(finished: idempotency.Finished) -> ChatResult:
+    """The answer of a run that ended, from its ``run_finished`` event."""
+    data = finished.event.data
+    return ChatResult(
+        session_id=finished.claim.session_id,
+        status="finished",
+        outcome=data.get("outcome"),
+        output=data.get("output", ""),
+        error=data.get("error"),
+        steps=int(data.get("steps", 0)),
+        usage=data.get("usage") or {},
+        cost_usd=data.get("cost_usd"),
+        last_event_id=finished.event.seq,
+    )
 
 
 async def _chat_answer(state: ServerState, active: ActiveRun, principal: Principal) -> Any:
@@ -257,20 +358,34 @@ async def _chat_answer(state: ServerState, active: ActiveRun, principal: Princip
 @v1.post(
     "/chat/stream",
     summary="Run a message and stream its events (SSE)",
-    responses={**_SSE_RESPONSE, **_errors(401, 404, 409, 413, 422, 429, 503)},
+    responses={**_SSE_RESPONSE, **_errors(400, 401, 404, 409, 413, 422, 429, 503)},
     response_class=StreamingResponse,
     tags=["chat"],
 )
 async def chat_stream(
-    body: ChatRequest, request: Request, state: StateDep, principal: PrincipalDep
+    body: ChatRequest,
+    request: Request,
+    state: StateDep,
+    principal: PrincipalDep,
+    idempotency_key: Annotated[str | None, _IDEMPOTENCY_KEY] = None,
 ) -> StreamingResponse:
     """Run ``message`` and stream the run's events until its ``final``.
 
     The run does not depend on this connection: reconnect with
     ``GET /v1/sessions/{id}/events`` and ``Last-Event-ID`` to pick up where it was.
+    A retry with the ``Idempotency-Key`` of a finished request streams that run's
+    events again (``Idempotent-Replayed: true``).
     """
-    info = await _session_for_chat(state, body, principal)
-    await state.registry.start(info.id, principal.name, body.message)
+    started = await _start_chat(
+        state, body, principal, idempotency.check_key(idempotency_key), "chat/stream"
+    )
+    if isinstance(started, idempotency.Finished):
+        claim = started.claim
+        info = await owned_session(state, claim.session_id, principal)
+        response = _sse(_stream(state, request, principal, info, after=claim.after, mode="follow"))
+        response.headers["Idempotent-Replayed"] = "true"
+        return response
+    info, _ = started
     return _sse(_stream(state, request, principal, info, after=info.last_seq, mode="run"))
 
 
@@ -424,17 +539,36 @@ async def get_approval(approval_id: str, state: StateDep, principal: PrincipalDe
     "/approvals/{approval_id}",
     response_model=ApprovalView,
     summary="Approve or deny a pending tool call",
-    responses=_errors(401, 404, 409, 413, 422),
+    responses=_errors(400, 401, 404, 409, 413, 422),
     tags=["approvals"],
 )
 async def decide_approval(
-    approval_id: str, body: DecisionRequest, state: StateDep, principal: PrincipalDep
-) -> ApprovalView:
+    approval_id: str,
+    body: DecisionRequest,
+    state: StateDep,
+    principal: PrincipalDep,
+    idempotency_key: Annotated[str | None, _IDEMPOTENCY_KEY] = None,
+) -> Any:
     """Decide a pending approval: once, bound to its id, session and arguments' hash.
 
     A second decision, or one after the deadline, is refused (409). The run
-    waiting for it goes on at once (on whichever replica runs it).
+    waiting for it goes on at once (on whichever replica runs it). With an
+    ``Idempotency-Key``, a retry gets the first decision's answer back.
     """
+
+    async def decide() -> ApprovalView:
+        return await _decide(approval_id, body, state, principal)
+
+    route = f"approvals/{approval_id}"
+    key = idempotency.check_key(idempotency_key)
+    return await idempotency.once(
+        state, principal.name, key, route, body.model_dump(mode="json"), decide
+    )
+
+
+async def _decide(
+    approval_id: str, body: DecisionRequest, state: ServerState, principal: Principal
+) -> ApprovalView:
     if not state.approvals_over_http:
         await state.book.find(approval_id, principal)  # 404 first: no existence oracle
         raise ApiError(

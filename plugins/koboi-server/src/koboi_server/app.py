@@ -17,7 +17,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from koboi.plugins import PluginHost
     from koboi.provider import ModelProvider
     from koboi.sandbox import Sandbox
-    from koboi.store import Job, JournalEvent, Store
+    from koboi.store import Job, JournalEvent, RecordWrite, Store
     from koboi.tools import Tool
     from koboi_server.jobs import JobRunner
     from koboi_server.webhooks.dispatcher import WebhookDispatcher
@@ -167,7 +167,8 @@ def create_app(
             approver=the_approver,
             lease_seconds=server_settings.job_lease_seconds,
             poll_seconds=server_settings.job_poll_seconds,
-            on_finished=_job_finished_hook(server_settings, dispatcher),
+            outbox=_job_finished_outbox(server_settings, dispatcher),
+            on_finished=_wake(dispatcher),
             store=the_store,
             host=plugin_host,
             extra_tools=extra_tools,
@@ -213,6 +214,7 @@ def create_app(
                     tg.start_soon(_run_jobs, job_runner, state)
             if server_settings.resume_interrupted:
                 tg.start_soon(registry.recover_forever, server_settings.recovery_interval_seconds)
+            tg.start_soon(_purge_forever, the_store, server_settings.purge_interval_seconds)
             if server_settings.dev_no_auth:
                 log.warning(
                     "dev_no_auth is on: requests without a key act as principal 'dev'. Never "
@@ -401,6 +403,19 @@ async def _run_jobs(runner: JobRunner, state: ServerState) -> None:
             await state.wait_for_job(state.settings.job_poll_seconds)
 
 
+async def _purge_forever(store: Store, interval: float) -> None:
+    """Delete expired store rows now and then (every replica may: the deletes are idempotent)."""
+    while True:
+        try:
+            removed = await store.purge_expired()
+        except KoboiError as exc:
+            log.warning("purging expired store rows failed (retried later): %s", exc)
+        else:
+            if removed:
+                log.info("purged %d expired store rows", removed)
+        await anyio.sleep(interval)
+
+
 class _JobCommits(Interceptor):
     """Wakes the streams of a job's session on this replica at each commit (others poll)."""
 
@@ -418,10 +433,13 @@ class _JobCommits(Interceptor):
 _WEBHOOK_OUTPUT_CHARS = 16_000
 
 
-def _job_finished_hook(
+def _job_finished_outbox(
     settings: ServerSettings, dispatcher: WebhookDispatcher
-) -> Callable[[Job], Any]:
-    async def job_finished(job: Job) -> None:
+) -> Callable[[Job], Awaitable[list[RecordWrite]]]:
+    """The job.finished deliveries of a job about to be finished, as records for the
+    runner to store in the same transaction as the job's final status."""
+
+    async def job_finished(job: Job) -> list[RecordWrite]:
         result = dict(job.result or {})
         output = result.get("output")
         if isinstance(output, str) and len(output) > _WEBHOOK_OUTPUT_CHARS:
@@ -440,9 +458,10 @@ def _job_finished_hook(
         own = job.request.get("webhook")
         if isinstance(own, dict) and own.get("url") and own.get("secret"):
             targets.append((str(own["url"]), [str(own["secret"])]))
+        records: list[RecordWrite] = []
         for url, secrets in targets:
             try:
-                await dispatcher.enqueue(
+                _, prepared = await dispatcher.prepare(
                     url,
                     secrets,
                     "job.finished",
@@ -451,5 +470,15 @@ def _job_finished_hook(
                 )
             except Exception as exc:
                 log.warning("job %s: webhook to %s not queued: %s", job.id, url, exc)
+                continue
+            records.extend(prepared)
+        return records
 
     return job_finished
+
+
+def _wake(dispatcher: WebhookDispatcher) -> Callable[[Job], Awaitable[None]]:
+    async def wake(job: Job) -> None:
+        dispatcher.wake()
+
+    return wake

@@ -24,7 +24,7 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -35,12 +35,16 @@ from koboi.config import AgentConfig
 from koboi.errors import FencedOut, KoboiError, LeaseHeld, SessionNotFound, StoreError
 from koboi.interceptors import Interceptor, RunInfo
 from koboi.journal import MODEL_CALL_STARTED, RUN_FINISHED, fold_state
-from koboi.store import Job, JobStatus, JournalEvent, Store, new_session_id
+from koboi.store import Job, JobStatus, JournalEvent, RecordWrite, Store, new_session_id
 
 #: The ``request`` of a job: what to run.
 JobRequest = Mapping[str, Any]
 
 JobCallback = Callable[[Job], Awaitable[None]]
+
+#: Given a job as it is about to be finished, the records to store in the same
+#: transaction as its final status (the job.finished webhook deliveries).
+JobOutbox = Callable[[Job], Awaitable[Sequence[RecordWrite]]]
 
 
 async def submit_job(
@@ -151,8 +155,12 @@ class JobRunner:
     :param holder: the name this runner claims jobs under.
     :param lease_seconds: how long a claim lasts without renewal; renewed every
         third of it. A runner that dies loses its jobs to others after this long.
-    :param on_finished: awaited with each job that reached a final status (for
-        webhooks); its failures are ignored.
+    :param outbox: awaited with the job as it is about to be finished (final status
+        and result set); the records it returns are written in the same transaction
+        as that status, so a crash never leaves a finished job without them (its
+        webhook deliveries) nor them without it. Its failures are ignored.
+    :param on_finished: awaited with each job that reached a final status, after
+        that status was written; its failures are ignored.
     :param store: an already open store to share (the server's): the runner's agent
         uses it but never opens or closes it — its owner does.
     """
@@ -166,6 +174,7 @@ class JobRunner:
         lease_seconds: float = 30.0,
         poll_seconds: float = 0.5,
         on_finished: JobCallback | None = None,
+        outbox: JobOutbox | None = None,
         store: Store | None = None,
         **agent_options: Any,
     ) -> None:
@@ -175,6 +184,7 @@ class JobRunner:
         self.lease_seconds = lease_seconds
         self.poll_seconds = poll_seconds
         self.on_finished = on_finished
+        self.outbox = outbox
         self._running: dict[str, _Running] = {}
         #: Set by :meth:`begin_drain`: claim nothing more, park runs at a boundary.
         self.draining = False
@@ -213,10 +223,11 @@ class JobRunner:
     async def drain(self, seconds: float) -> None:
         """Let running jobs finish or park for at most ``seconds``, then suspend the rest.
 
-        A suspended job is left as a crash would leave it: its session interrupted and
-        resumable, the job ``running`` under a lease that runs out, after which any
-        runner sharing the store (this one restarted, or another replica) resumes it.
-        It is never recorded ``cancelled``.
+        A suspended job is left as a crash would leave it, its session interrupted and
+        resumable and the job ``running``, except that its lease is given up at once:
+        any runner sharing the store (another replica, or this one restarted) claims
+        and resumes it without waiting for the lease to run out. It is never recorded
+        ``cancelled``.
         """
         self.begin_drain()
         with anyio.move_on_after(seconds):
@@ -252,6 +263,10 @@ class JobRunner:
                 if lease is not None:
                     with contextlib.suppress(Exception):
                         await store.release_lease(lease)
+                # Give the job up now rather than let its lease run out, so another
+                # replica (or this one restarted) resumes it at once.
+                with contextlib.suppress(Exception):
+                    await store.release_job(running.job)
 
     async def serve(self, stop: anyio.Event | None = None) -> None:
         """Run jobs until ``stop`` is set (or forever), waiting ``poll_seconds`` when idle."""
@@ -308,8 +323,14 @@ class JobRunner:
         else:
             status = "completed" if outcome.get("outcome") == "completed" else "failed"
             result = outcome
+        records: Sequence[RecordWrite] = ()
+        if self.outbox is not None:
+            with contextlib.suppress(Exception):
+                records = await self.outbox(replace(running.job, status=status, result=result))
         try:
-            return await store.update_job(running.job, status=status, result=result)
+            return await store.update_job(
+                running.job, status=status, result=result, records=records
+            )
         except FencedOut:
             return None
 

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request, Security
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from koboi.errors import IdempotencyConflict, JobNotFound, KoboiError, StoreError
 from koboi.store import Job, JobStatus
+from koboi_server import idempotency
 from koboi_server.api import (
+    _IDEMPOTENCY_KEY,
     _SSE_RESPONSE,
     PrincipalDep,
     StateDep,
@@ -25,6 +27,7 @@ from koboi_server.api import (
     session_events,
 )
 from koboi_server.errors import ApiError, not_found
+from koboi_server.idempotency import check_key, key_reused
 from koboi_server.jobs import ensure_job_session, submit_job
 from koboi_server.keys import Principal
 from koboi_server.models import JobCreate, JobList, JobView
@@ -36,8 +39,6 @@ jobs = APIRouter(prefix="/v1", dependencies=[Security(_bearer)], tags=["jobs"])
 
 #: Unfinished statuses: what counts against a principal's job limit.
 _OPEN: tuple[JobStatus, ...] = ("queued", "running", "awaiting_approval")
-
-_MAX_KEY = 255
 
 
 def job_view(job: Job) -> JobView:
@@ -79,19 +80,6 @@ def request_hash(body: JobCreate) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def _check_key(key: str | None) -> str | None:
-    if key is None:
-        return None
-    if not 0 < len(key) <= _MAX_KEY or not key.isprintable() or key != key.strip():
-        raise ApiError(
-            422,
-            "invalid_request",
-            f"Idempotency-Key must be 1 to {_MAX_KEY} printable characters without surrounding "
-            "spaces (a UUID is a good key)",
-        )
-    return key
-
-
 async def _admit(state: ServerState, owner: str) -> None:
     if state.registry.draining:
         raise ApiError(
@@ -128,7 +116,7 @@ async def _admit(state: ServerState, owner: str) -> None:
     status_code=202,
     response_model=JobView,
     summary="Queue a job (a run in a session of its own)",
-    responses=_errors(401, 413, 422, 429, 503),
+    responses=_errors(400, 401, 409, 413, 422, 429, 503),
 )
 async def create_job(
     body: JobCreate,
@@ -150,7 +138,7 @@ async def create_job(
     """
     if state.jobs_refused is not None:
         raise ApiError(409, "jobs_refused", f"this agent cannot run jobs: {state.jobs_refused}")
-    key = _check_key(idempotency_key)
+    key = check_key(idempotency_key)
     limit = state.settings.max_message_chars
     if len(body.input) > limit:
         raise ApiError(
@@ -169,6 +157,15 @@ async def create_job(
         except WebhookError as exc:
             raise ApiError(422, "webhook_refused", f"webhook: {exc}") from None
         webhook = {"url": url, "secret": body.webhook.secret}
+    digest = request_hash(body) if key is not None else None
+    if key is not None:
+        # A retry is answered before admission: its job exists, so a full queue must
+        # not turn the stored answer into a 429.
+        earlier = await state.store.find_job(owner=principal.name, idempotency_key=key)
+        if earlier is not None:
+            if earlier.request_hash != digest:
+                raise key_reused()
+            return _accepted(earlier, replayed=True)
     await _admit(state, principal.name)
     try:
         job, created = await submit_job(
@@ -177,24 +174,24 @@ async def create_job(
             input=body.input,
             metadata=body.metadata,
             idempotency_key=key,
-            request_hash=request_hash(body) if key is not None else None,
+            request_hash=digest,
             webhook=webhook,
         )
     except IdempotencyConflict:
-        raise ApiError(
-            422,
-            "idempotency_key_reused",
-            "this Idempotency-Key was already used with a different body; use a new key for a "
-            "new job",
-        ) from None
+        raise key_reused() from None
     except StoreError:
         raise
     except KoboiError as exc:
         raise ApiError(422, "invalid_request", str(exc)) from None
+    if created:
+        state.wake_runner()
+    return _accepted(job, replayed=not created)
+
+
+def _accepted(job: Job, *, replayed: bool) -> JSONResponse:
     headers = {"Location": f"/v1/jobs/{job.id}"}
-    if not created:
+    if replayed:
         headers["Idempotent-Replayed"] = "true"
-    state.wake_runner()
     return JSONResponse(
         status_code=202, content=job_view(job).model_dump(mode="json"), headers=headers
     )
@@ -235,14 +232,25 @@ async def get_job(job_id: str, state: StateDep, principal: PrincipalDep) -> JobV
     "/jobs/{job_id}/cancel",
     response_model=JobView,
     summary="Cancel a job",
-    responses=_errors(401, 404),
+    responses=_errors(401, 404, 409, 422),
 )
-async def cancel_job(job_id: str, state: StateDep, principal: PrincipalDep) -> JobView:
+async def cancel_job(
+    job_id: str,
+    state: StateDep,
+    principal: PrincipalDep,
+    idempotency_key: Annotated[str | None, _IDEMPOTENCY_KEY] = None,
+) -> Any:
     """A queued job is cancelled at once; a running one when its runner next renews its
     lease (its run is stopped, tool processes included, and it is recorded
-    ``cancelled``); a finished one is left as it is."""
-    job = await owned_job(state, job_id, principal)
-    return job_view(await state.store.cancel_job(job.id))
+    ``cancelled``); a finished one is left as it is. With an ``Idempotency-Key``, a
+    retry gets the first answer back."""
+
+    async def cancel() -> JobView:
+        job = await owned_job(state, job_id, principal)
+        return job_view(await state.store.cancel_job(job.id))
+
+    key = check_key(idempotency_key)
+    return await idempotency.once(state, principal.name, key, f"jobs/{job_id}/cancel", {}, cancel)
 
 
 @jobs.get(

@@ -97,6 +97,18 @@ class ServerSettings(BaseModel):
         description="How often to look for interrupted server sessions to resume (their lease "
         "must have expired, or its holder be a dead process of this host).",
     )
+    idempotency_retention_seconds: float = Field(
+        default=86_400.0,
+        gt=0,
+        description="How long an Idempotency-Key of POST /v1/chat and /v1/chat/stream is "
+        "remembered (a retry after that starts a new run). Job keys live as long as their job.",
+    )
+    purge_interval_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description="How often to delete expired store rows (webhook claims, rate-limit "
+        "counters, finished deliveries past their retention) so they do not pile up.",
+    )
     approval_retention_seconds: float = Field(
         default=7 * 86400.0,
         gt=0,

@@ -39,14 +39,16 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import httpx
 from anyio.abc import TaskStatus
 
+if TYPE_CHECKING:
+    import httpx
+
 from koboi.errors import KoboiError
-from koboi.store import Store
+from koboi.store import RecordWrite, Store
 from koboi_server.webhooks.delivery import (
     DUE_KIND,
     HISTORY_LIMIT,
@@ -174,9 +176,7 @@ class WebhookDispatcher:
             f"{socket.gethostname()}:{os.getpid()}:{secrets_module.token_hex(4)}"
         )
         # One TLS context for every attempt: building one loads the CA bundle.
-        self._verify: ssl.SSLContext | bool = (
-            httpx.create_ssl_context() if verify is True else verify
-        )
+        self._verify: ssl.SSLContext | bool = verify
         self._wake: anyio.Event | None = None
         self._sweep_soon = False
 
@@ -212,6 +212,39 @@ class WebhookDispatcher:
 
         Raises :class:`WebhookURLRefused` or :class:`WebhookError` (nothing is
         stored then), or the store's error.
+        """
+        delivery_id, (delivery, due) = await self.prepare(
+            url, secret, event_type, payload, metadata=metadata, max_attempts=max_attempts
+        )
+        # The delivery first, then its index entry: a crash in between leaves a
+        # pending delivery that sweep() indexes again, never an entry with no delivery.
+        await self.store.record_put(delivery[0], delivery[1], delivery[2])
+        try:
+            await self.store.record_put(due[0], due[1], due[2])
+        except KoboiError as exc:
+            # The delivery is stored, so it is not lost: the next sweep indexes it.
+            # Raising here would make the caller enqueue it again under a new id.
+            log.warning("webhook %s stored but not indexed (a sweep will): %s", delivery_id, exc)
+            self._sweep_soon = True
+        self.wake()
+        return delivery_id
+
+    async def prepare(
+        self,
+        url: str,
+        secret: Secrets,
+        event_type: str,
+        payload: Mapping[str, Any],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        max_attempts: int | None = None,
+    ) -> tuple[str, tuple[RecordWrite, RecordWrite]]:
+        """What :meth:`enqueue` would store, without storing it: the delivery id and
+        its two records (the delivery and its due-index entry).
+
+        For a caller that writes them in its own transaction, so the delivery exists
+        exactly when the change it reports does (``Store.update_job(records=...)``).
+        Call :meth:`wake` once they are written. Raises as :meth:`enqueue` does.
         """
         secret_list = _as_secret_list(secret)
         if not secret_list:
@@ -267,19 +300,9 @@ class WebhookDispatcher:
             "metadata": meta,
             "history": [],
         }
-        # The delivery first, then its index entry: a crash in between leaves a
-        # pending delivery that sweep() indexes again, never an entry with no delivery.
-        await self.store.record_put(RECORD_KIND, delivery_id, record)
-        try:
-            await self._put_due(delivery_id, now, 0)
-        except KoboiError as exc:
-            # The delivery is stored, so it is not lost: the next sweep indexes it.
-            # Raising here would make the caller enqueue it again under a new id.
-            log.warning("webhook %s stored but not indexed (a sweep will): %s", delivery_id, exc)
-            self._sweep_soon = True
-        log.debug("webhook %s queued for %s (%s)", delivery_id, redacted_url(checked), event_type)
-        self.wake()
-        return delivery_id
+        log.debug("webhook %s prepared for %s (%s)", delivery_id, redacted_url(checked), event_type)
+        due = {"next_attempt_at": now, "attempts": 0}
+        return delivery_id, ((RECORD_KIND, delivery_id, record), (DUE_KIND, delivery_id, due))
 
     # -- reading ---------------------------------------------------------------------
 
@@ -533,6 +556,8 @@ class WebhookDispatcher:
 
     async def _send(self, record: Mapping[str, Any]) -> _Outcome:
         """POST the delivery once, to a freshly checked address; never raises for the network."""
+        import httpx
+
         url = str(record["url"])
         try:
             with anyio.fail_after(self.timeout):
@@ -548,6 +573,10 @@ class WebhookDispatcher:
             return _Outcome(None, f"{type(exc).__name__}: {exc.strerror or exc}")
 
     async def _post(self, pinned: PinnedURL, record: Mapping[str, Any]) -> _Outcome:
+        import httpx
+
+        if self._verify is True:
+            self._verify = httpx.create_ssl_context()
         body = str(record["body"]).encode("utf-8")
         headers = {
             "Host": pinned.host_header(),
@@ -624,6 +653,8 @@ async def _outcome_of(response: httpx.Response) -> _Outcome:
 
 async def _read_excerpt(response: httpx.Response) -> str:
     """The start of an error response's body, for ``last_error`` (never all of it)."""
+    import httpx
+
     data = bytearray()
     try:
         async for chunk in response.aiter_raw():
