@@ -8,20 +8,32 @@ clear error line instead of a traceback from a worker.
 SIGTERM (or Ctrl-C): uvicorn stops accepting connections; the app drains its
 runs (see :mod:`koboi_server.runs`) within ``server.drain_seconds`` and exits
 with status 0.
+
+Memory: once the server is listening, and again whenever requests have stopped
+for a few seconds after a burst, the process collects garbage and hands the
+heap pages it freed back to the OS (glibc ``malloc_trim``). Without that, the
+memory freed by startup (config validation, the preflight, route building) and
+by a load stays counted in the replica's RSS.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import json
 import logging
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import socket
+
+    import uvicorn
     from fastapi import FastAPI
 
     from koboi.config import AgentConfig
@@ -31,6 +43,9 @@ CONFIG_ENV = "KOBOI_SERVER_CONFIG"
 SETTINGS_ENV = "KOBOI_SERVER_SETTINGS"
 
 log = logging.getLogger("koboi.server")
+
+#: Seconds without a new request after which the memory freed by a load is released.
+QUIET_SECONDS = 3
 
 
 def worker_app() -> FastAPI:
@@ -77,7 +92,7 @@ def serve(config_path: Path, overrides: Mapping[str, Any], *, log_level: str = "
         )
         return 0
     app = create_app(config, settings=settings, host=host)
-    server = uvicorn.Server(uvicorn.Config(app, **common))
+    server = _memory_releasing_server(uvicorn.Config(app, **common))
     # uvicorn re-raises the signal that stopped it once it is done, with the handler
     # found at start: make that a no-op, so a graceful stop exits with status 0.
     previous = {s: signal.signal(s, _ignore) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -91,6 +106,65 @@ def serve(config_path: Path, overrides: Mapping[str, Any], *, log_level: str = "
 
 def _ignore(signum: int, frame: Any) -> None:
     return None
+
+
+def release_free_memory(*, freeze: bool = False) -> None:
+    """Collect garbage, then return the heap's free pages to the OS.
+
+    ``freeze`` moves every object still alive into the permanent generation
+    (:func:`gc.freeze`): after startup that is the modules, classes and
+    settings that live as long as the process, so later collections (ours and
+    the automatic ones during requests) no longer walk them.
+    """
+    gc.collect()
+    if freeze:
+        gc.freeze()
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None elsewhere (musl, macOS): then only gc runs."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return trim
+
+
+_malloc_trim = _load_malloc_trim() if sys.platform.startswith("linux") else None
+
+
+def _memory_releasing_server(config: uvicorn.Config) -> uvicorn.Server:
+    """uvicorn's server, releasing free memory when ready and after each busy spell."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        _quiet_ticks = 0
+        _requests_seen = 0
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:  # the app's lifespan has run: what is alive now stays
+                release_free_memory(freeze=True)
+                self._requests_seen = self.server_state.total_requests
+                self._quiet_ticks = QUIET_SECONDS  # released just now
+
+        async def on_tick(self, counter: int) -> bool:
+            if counter % 10 == 0:  # once a second, as uvicorn's own housekeeping
+                total = self.server_state.total_requests
+                if total != self._requests_seen:
+                    self._requests_seen, self._quiet_ticks = total, 0
+                elif self._quiet_ticks < QUIET_SECONDS:
+                    self._quiet_ticks += 1
+                    if self._quiet_ticks == QUIET_SECONDS:  # once per quiet spell
+                        release_free_memory()
+            return await super().on_tick(counter)
+
+    return Server(config)
 
 
 def _preflight(config: AgentConfig, settings: ServerSettings, url: str) -> None:

@@ -31,12 +31,14 @@ import ipaddress
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
-import httpx
+from typing import TYPE_CHECKING
 
 from koboi_server.webhooks.errors import WebhookError, WebhookURLRefused
 from koboi_tools_web.config import normalize_allowed_host, normalize_host_name
 from koboi_tools_web.guard import AddressPolicy, IPAddress, Resolver, system_resolver
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["PinnedURL", "WebhookURLPolicy", "parse_allow_list", "parse_webhook_url"]
 
@@ -55,6 +57,8 @@ def shown_url(url: str) -> str:
 
 def redacted_url(url: str) -> str:
     """Scheme, host and port only: for logs, since paths and queries often hold tokens."""
+    import httpx  # here, not at the top: a server without webhooks never loads httpx (~4 MB)
+
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, ValueError, TypeError):
@@ -103,6 +107,8 @@ def parse_allow_list(entries: Iterable[str]) -> tuple[list[str], list[str]]:
 
 def parse_webhook_url(url: str) -> httpx.URL:
     """The URL as httpx reads it, if it has a form koboi may POST to (not resolved yet)."""
+    import httpx
+
     if not isinstance(url, str):
         raise WebhookURLRefused(f"a webhook URL must be text, not {type(url).__name__}")
     text = url.strip()
