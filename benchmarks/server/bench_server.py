@@ -67,6 +67,12 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, all threads) the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def koboi(*args: str, cwd: Path) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "koboi_cli", *args],
@@ -177,17 +183,23 @@ def main() -> None:
             }
             asyncio.run(load(urls, key, 4, 1.0))  # warm-up
             for concurrency in [int(c) for c in args.concurrency.split(",")]:
+                cpu_before = sum(cpu_seconds(p.pid) for p in procs)
                 count, latencies = asyncio.run(load(urls, key, concurrency, args.seconds))
+                cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu_before
                 level = {
                     "concurrency": concurrency,
                     "chats_per_s": round(count / args.seconds, 1),
                     "p50_ms": round(statistics.median(latencies) * 1000, 1),
                     "p99_ms": round(percentile(latencies, 0.99) * 1000, 1),
+                    # Server CPU per chat: what the figures would be bound by on an
+                    # idle machine (the load generator and other work share the cores).
+                    "server_cpu_ms_per_chat": round(cpu / max(count, 1) * 1000, 2),
                 }
                 results["levels"].append(level)
                 print(
                     f"concurrency {concurrency:>3}: {level['chats_per_s']:>7} chats/s  "
-                    f"p50 {level['p50_ms']:>6} ms  p99 {level['p99_ms']:>6} ms",
+                    f"p50 {level['p50_ms']:>6} ms  p99 {level['p99_ms']:>6} ms  "
+                    f"server CPU {level['server_cpu_ms_per_chat']:>5} ms/chat",
                     flush=True,
                 )
             after = [rss_mb(p.pid) for p in procs]
