@@ -11,22 +11,6 @@ from typing import Any
 import httpx
 import pytest
 
-#: No approvals: every "log X" runs the non-idempotent append_log tool once.
-AGENT = """
-    agent: {name: served, mode: yolo}
-    llm:
-      provider: scripted
-      rules:
-        - match: 'log (?P<line>[\\w-]+)'
-          tool: append_log
-          arguments: {line: "{line}"}
-          reply: "logged: {result}"
-      fallback: "Nothing to log."
-    tools: {builtin: [append_log]}
-    sandbox: {backend: passthrough, workdir: work}
-    store: {url: "sqlite:///koboi.db"}
-"""
-
 
 def _log(config: Path) -> list[str]:
     path = config.parent / "work" / "crash_demo.log"
@@ -40,9 +24,9 @@ def _keyed(key: str) -> dict[str, str]:
 
 
 def test_a_retry_gets_the_first_answer_and_nothing_runs_twice(
-    write_config: Any, thread_server: Any, client: Any, make_key: Any
+    yolo_config: Any, thread_server: Any, client: Any, make_key: Any
 ) -> None:
-    config = write_config(AGENT)
+    config = yolo_config()  # no approvals: each 'log X' runs append_log at once
     server = thread_server(config)
     alice_key = make_key(config=config)
     c = client(server.base_url, alice_key)
@@ -75,14 +59,14 @@ def test_a_retry_gets_the_first_answer_and_nothing_runs_twice(
 
 
 def test_a_request_in_progress_is_409_and_concurrent_ones_make_one_run(
-    write_config: Any,
+    yolo_config: Any,
     thread_server: Any,
     client: Any,
     make_key: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("KOBOI_DEMO_STEP_SECONDS", "1.0")  # the tool runs for a second
-    config = write_config(AGENT)
+    config = yolo_config()  # no approvals: each 'log X' runs append_log at once
     server = thread_server(config)
     key = make_key(config=config)
     answers: list[httpx.Response] = []
@@ -116,14 +100,14 @@ def test_a_request_in_progress_is_409_and_concurrent_ones_make_one_run(
 
 
 def test_a_keyed_request_that_could_not_start_leaves_the_key_free(
-    write_config: Any,
+    yolo_config: Any,
     thread_server: Any,
     client: Any,
     make_key: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("KOBOI_DEMO_STEP_SECONDS", "1.0")
-    config = write_config(AGENT)
+    config = yolo_config()  # no approvals: each 'log X' runs append_log at once
     server = thread_server(config)
     key = make_key(config=config)
     c = client(server.base_url, key)
@@ -152,9 +136,9 @@ def test_a_keyed_request_that_could_not_start_leaves_the_key_free(
 
 
 def test_a_streamed_request_is_replayed_as_the_same_events(
-    write_config: Any, thread_server: Any, client: Any, make_key: Any, events_of: Any
+    yolo_config: Any, thread_server: Any, client: Any, make_key: Any, events_of: Any
 ) -> None:
-    config = write_config(AGENT)
+    config = yolo_config()  # no approvals: each 'log X' runs append_log at once
     server = thread_server(config)
     c = client(server.base_url, make_key(config=config))
     with c.stream(
@@ -175,9 +159,6 @@ def test_a_streamed_request_is_replayed_as_the_same_events(
     assert _log(config) == ["s"]
 
 
-APPROVING = AGENT.replace("mode: yolo", "mode: act")
-
-
 def test_a_decision_and_a_cancel_with_a_key_are_answered_once(
     write_config: Any,
     thread_server: Any,
@@ -185,7 +166,7 @@ def test_a_decision_and_a_cancel_with_a_key_are_answered_once(
     make_key: Any,
     stream_until: Any,
 ) -> None:
-    config = write_config(APPROVING)
+    config = write_config()  # act mode: append_log asks for an approval
     server = thread_server(config, settings={"run_jobs": False})
     c = client(server.base_url, make_key(config=config))
     seen = stream_until(c, "POST", "/v1/chat/stream", "pending_approval", json={"message": "log a"})
