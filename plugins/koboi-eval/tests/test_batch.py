@@ -238,6 +238,7 @@ def test_unreadable_baselines_are_clear_errors(tmp_path: Path) -> None:
         gate.read(bad)
 
 
+@pytest.mark.slow  # a real process: runs in this member's own session
 @pytest.mark.e2e
 def test_the_command_saves_a_baseline_then_gates_on_it(
     koboi: Any, tmp_path: Path, config: Path

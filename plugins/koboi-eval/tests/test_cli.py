@@ -60,6 +60,7 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     return runs
 
 
+@pytest.mark.slow  # a real process: runs in this member's own session
 @pytest.mark.timeout(150)
 def test_the_repo_evals_give_byte_identical_reports(two_runs: list[dict[str, Any]]) -> None:
     first, second = two_runs

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.e2e
+# Each test runs pytest in a subprocess: slow, so they run in this member's own session.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 EVALS = """
 from koboi_eval import called_tool, case, completed, judge, output_contains

@@ -244,6 +244,7 @@ case(
 """
 
 
+@pytest.mark.slow  # a real process: runs in this member's own session
 @pytest.mark.e2e
 def test_a_crash_case_is_killed_for_real_and_resumed_in_a_new_process(write_eval: Any) -> None:
     resumed, unreached = load_file(write_eval("crash.eval.py", CRASH_FILE))

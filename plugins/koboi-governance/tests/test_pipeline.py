@@ -470,6 +470,7 @@ async def test_a_sub_agent_in_chat_mode_is_refused_by_the_mode(
     assert [stage for stage, _ in _refusals(events)] == ["mode"]
 
 
+@pytest.mark.slow  # a real process: runs in this member's own session
 def test_koboi_run_without_a_terminal_denies(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -403,6 +403,7 @@ _KNOWN = ("session_id", "input_tokens", "content", "arguments", "step")
     name=st.sampled_from(sorted(REDACTORS)),
     known=st.booleans(),
 )
+@pytest.mark.slow  # a real process: runs in this member's own session
 def test_the_kernels_shortcut_masks_exactly_what_redact_data_masks(
     data: dict, name: str, known: bool
 ) -> None:

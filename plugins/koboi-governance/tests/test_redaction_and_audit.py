@@ -238,6 +238,7 @@ def _config_file(tmp_path: Path, url: str) -> Path:
     return path
 
 
+@pytest.mark.slow  # a real process: runs in this member's own session
 def test_trust_commands_list_add_and_revoke(tmp_path: Path) -> None:
     config = _config_file(tmp_path, f"sqlite:///{tmp_path / 'k.db'}")
 
@@ -372,6 +373,7 @@ async def test_a_pending_approval_is_still_pending_after_a_crash_and_resume(tmp_
     )
 
 
+@pytest.mark.slow  # a real process: runs in this member's own session
 async def test_an_approval_that_expired_during_the_crash_is_denied_on_resume(
     tmp_path: Path,
 ) -> None:

@@ -94,6 +94,7 @@ def _replay_offline(bundle: Path, tmp_path: Path, name: str) -> subprocess.Compl
     return result
 
 
+@pytest.mark.slow  # a real process: runs in this member's own session
 def test_capture_and_replay_offline(tmp_path: Path) -> None:
     project = _project(tmp_path, TOOLS)
     run = koboi("run", "agent.yaml", "-m", "go", "--yes", cwd=project)
@@ -220,6 +221,7 @@ def _completion(content: str | None, tool_calls: list[dict[str, object]] | None 
     )
 
 
+@pytest.mark.slow  # a real process: runs in this member's own session
 def test_an_http_provider_session_replays_with_no_key_and_no_server(tmp_path: Path) -> None:
     """Recorded through the OpenAI provider against a loopback server with a key; replayed
     with no key in the environment and the server gone."""

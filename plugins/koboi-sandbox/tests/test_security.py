@@ -224,6 +224,7 @@ async def test_an_inherited_socket_is_not_inherited(
 # -- resources -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a real process: runs in this member's own session
 async def test_a_fork_bomb_is_contained_while_koboi_stays_responsive(
     make_sandbox: Callable[..., RestrictedSandbox], passthrough: Sandbox
 ) -> None:
@@ -273,6 +274,7 @@ async def test_a_memory_hog_is_stopped_by_the_address_space_limit(
 # -- time ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a real process: runs in this member's own session
 async def test_timeout_leaves_no_survivors_not_even_a_setsid_grandchild(
     make_sandbox: Callable[..., RestrictedSandbox], passthrough: Sandbox
 ) -> None:

@@ -64,11 +64,11 @@ server:
   access_log: false
 """
 
-#: Cases per operation and generation mode: 15 operations, 2 modes, ~440 requests (fewer
-#: where a schema allows fewer distinct cases), 15-30 s on 2 cores. The stateful run adds
-#: ~300 requests in 30 scenarios of up to 8 steps, 5-20 s.
-MAX_EXAMPLES = 20
-STATEFUL_EXAMPLES = 30
+#: Cases per operation and generation mode: 15 operations, 2 modes, ~270 requests (fewer
+#: where a schema allows fewer distinct cases), 10-20 s on 2 cores. The stateful run adds
+#: ~200 requests in 20 scenarios of up to 8 steps, 5-15 s.
+MAX_EXAMPLES = 12
+STATEFUL_EXAMPLES = 20
 STATEFUL_STEPS = 8
 #: Runs of the state machine when one is cut short by response-dependent generation.
 STATEFUL_ATTEMPTS = 3
