@@ -100,8 +100,8 @@ class ServerSettings(BaseModel):
     idempotency_retention_seconds: float = Field(
         default=86_400.0,
         gt=0,
-        description="How long an Idempotency-Key of POST /v1/chat and /v1/chat/stream is "
-        "remembered (a retry after that starts a new run). Job keys live as long as their job.",
+        description="How long an Idempotency-Key of the chat, approval and cancel routes is "
+        "remembered (a retry after that acts again). Job keys live as long as their job.",
     )
     purge_interval_seconds: float = Field(
         default=600.0,
