@@ -3,12 +3,10 @@ SIGKILL — with no effect performed twice, on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +20,6 @@ from koboi.errors import IdempotencyConflict, KoboiError
 from koboi_server.jobs import JobRunner, submit_job
 
 pytestmark = pytest.mark.anyio
-
-POSTGRES = os.environ.get(
-    "KOBOI_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
 
 
 def _config(store_url: str, script: list[Any], **agent: Any) -> Any:
@@ -223,17 +217,12 @@ def _kill_mid_job(tmp_path: Path, url: str, log: Path) -> None:
     "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
 async def test_a_job_of_a_killed_replica_is_finished_by_another_without_repeating_effects(
-    tmp_path: Path, backend: str
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
 ) -> None:
     if backend == "sqlite":
         url = f"sqlite:///{tmp_path / 'k.db'}"
     else:
-        schema = f"jobs_{os.getpid()}_{int(time.time() * 1000) % 10**8}"
-        url = f"{POSTGRES}?options=-csearch_path%3D{schema}"
-        import psycopg
-
-        with psycopg.connect("host=127.0.0.1 user=postgres dbname=test", autocommit=True) as db:
-            db.execute(f'CREATE SCHEMA "{schema}"')
+        url = request.getfixturevalue("pg_store_url")  # a schema of its own, dropped after
     log = tmp_path / "job.log"
     script = [*_calls("one", "two", "three"), "all three"]
     config = _config(url, script)
@@ -259,8 +248,3 @@ async def test_a_job_of_a_killed_replica_is_finished_by_another_without_repeatin
     # "two" happened once: the interrupted, non-idempotent call was not run again.
     assert log.read_text().splitlines() == ["one", "two", "three"]
     assert [e.data["call_id"] for e in events if e.type == "tool_call_interrupted"] == ["c1"]
-    if backend == "postgres":
-        import psycopg
-
-        with psycopg.connect("host=127.0.0.1 user=postgres dbname=test", autocommit=True) as db:
-            db.execute(f'DROP SCHEMA "{schema}" CASCADE')

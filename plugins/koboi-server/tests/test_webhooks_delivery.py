@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import anyio
 import pytest
@@ -580,31 +577,7 @@ async def test_settings_build_a_dispatcher_and_pick_endpoints(
 
 # -- replicas on PostgreSQL -------------------------------------------------------------
 
-POSTGRES_URL = os.environ.get(
-    "KOBOI_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
-
-
-@pytest.fixture
-def pg_store_url() -> Iterator[str]:
-    """A store URL on a schema of this test's own, dropped afterwards."""
-    import psycopg
-
-    conninfo = POSTGRES_URL.replace("postgresql+psycopg://", "postgresql://", 1)
-    schema = f"koboi_webhooks_{uuid.uuid4().hex[:10]}"
-    try:
-        connection = psycopg.connect(conninfo, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as exc:
-        pytest.fail(
-            f"PostgreSQL is not reachable at {POSTGRES_URL} ({exc}); start it, set "
-            'KOBOI_TEST_POSTGRES_URL, or deselect these tests with -m "not postgres"'
-        )
-    with connection:
-        connection.execute(f'CREATE SCHEMA "{schema}"')
-        try:
-            yield f"{POSTGRES_URL}?options={quote(f'-csearch_path={schema}')}"
-        finally:
-            connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
+# pg_store_url (conftest): a schema of the test's own on the test server.
 
 
 @pytest.mark.postgres

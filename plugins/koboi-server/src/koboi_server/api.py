@@ -244,6 +244,19 @@ async def _start_chat(
     )
 
 
+#: The cursor of the event streams: a header (SSE clients resend it) or a query parameter.
+LastEventIdHeader = Annotated[
+    str | None,
+    Header(
+        alias="Last-Event-ID",
+        description="Resume strictly after this event id (what the stream last sent).",
+    ),
+]
+AfterQuery = Annotated[
+    int | None,
+    Query(ge=0, description="Same as Last-Event-ID, for clients that cannot set it."),
+]
+
 _IDEMPOTENCY_KEY = Header(
     alias="Idempotency-Key",
     description="Send the same key again (with the same body) to get the first answer back "
@@ -460,17 +473,8 @@ async def session_events(
     request: Request,
     state: StateDep,
     principal: PrincipalDep,
-    last_event_id: Annotated[
-        str | None,
-        Header(
-            alias="Last-Event-ID",
-            description="Resume strictly after this event id (what the stream last sent).",
-        ),
-    ] = None,
-    after: Annotated[
-        int | None,
-        Query(ge=0, description="Same as Last-Event-ID, for clients that cannot set it."),
-    ] = None,
+    last_event_id: LastEventIdHeader = None,
+    after: AfterQuery = None,
 ) -> StreamingResponse:
     info = await owned_session(state, session_id, principal)
     cursor = after

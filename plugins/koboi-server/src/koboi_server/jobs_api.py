@@ -20,6 +20,8 @@ from koboi_server import idempotency
 from koboi_server.api import (
     _IDEMPOTENCY_KEY,
     _SSE_RESPONSE,
+    AfterQuery,
+    LastEventIdHeader,
     PrincipalDep,
     StateDep,
     _bearer,
@@ -264,17 +266,8 @@ async def job_events(
     request: Request,
     state: StateDep,
     principal: PrincipalDep,
-    last_event_id: Annotated[
-        str | None,
-        Header(
-            alias="Last-Event-ID",
-            description="Resume strictly after this event id (what the stream last sent).",
-        ),
-    ] = None,
-    after: Annotated[
-        int | None,
-        Query(ge=0, description="Same as Last-Event-ID, for clients that cannot set it."),
-    ] = None,
+    last_event_id: LastEventIdHeader = None,
+    after: AfterQuery = None,
 ) -> StreamingResponse:
     """Same stream as ``GET /v1/sessions/{session_id}/events`` of the job's session."""
     job = await owned_job(state, job_id, principal)
