@@ -456,7 +456,7 @@ class Store(ABC):
 
         A terminal status releases the lease. ``records`` (kind, key, data) are put
         (as :meth:`record_put`, without expiry) in the same transaction: an outbox,
-        so what must follow a final status (a webhook) is stored with it or not at all.
+        so what must follow a final status (a notification) is stored with it or not at all.
         """
 
     @abstractmethod
@@ -472,7 +472,7 @@ class Store(ABC):
         """Delete expired records and counters; return how many.
 
         Expired rows are ignored as soon as they expire, but a store may keep them
-        until this is called (the server calls it periodically). The default, for
+        until this is called (a long-running process calls it now and then). The default, for
         stores that drop expired rows as they go, deletes nothing.
         """
         return 0
