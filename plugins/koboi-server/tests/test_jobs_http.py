@@ -284,6 +284,36 @@ def _spawn_serve(config: Path, port: int, env: dict[str, str]) -> subprocess.Pop
         time.sleep(0.05)
 
 
+def _paused_after_effect(
+    config: Path, key: str, line: str
+) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    """A ``koboi serve`` that runs the job ``log <line>`` and stops right after the tool's
+    effect, before the journal records that the call finished; and that job."""
+    marker = config.parent / f"paused-{line}"
+    env = {**os.environ, "KOBOI_DEMO_PAUSE_AFTER_EFFECT": line}
+    env["KOBOI_DEMO_PAUSE_MARKER"] = str(marker)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = _spawn_serve(config, port, env)
+    try:
+        job = httpx.post(
+            f"http://127.0.0.1:{port}/v1/jobs",
+            json={"input": f"log {line}"},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=30,
+        ).json()
+        deadline = time.monotonic() + 20
+        while not marker.exists():
+            assert time.monotonic() < deadline, "the job's tool never ran"
+            time.sleep(0.05)
+    except BaseException:
+        proc.kill()
+        proc.wait(10)
+        raise
+    return proc, job
+
+
 SERVER = """
     server:
       poll_seconds: 0.1
@@ -299,20 +329,8 @@ def test_a_job_of_a_killed_server_completes_after_a_restart_without_repeating_it
 ) -> None:
     config = write_config(JOBS, extra=SERVER)
     key = make_key(config=config)
-    marker = config.parent / "paused"
-    env = {**os.environ, "KOBOI_DEMO_PAUSE_AFTER_EFFECT": "kill-1"}
-    env["KOBOI_DEMO_PAUSE_MARKER"] = str(marker)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    first = _spawn_serve(config, port, env)
+    first, job = _paused_after_effect(config, key, "kill-1")
     try:
-        c = client(f"http://127.0.0.1:{port}", key)
-        job = c.post("/v1/jobs", json={"input": "log kill-1"}).json()
-        deadline = time.monotonic() + 20
-        while not marker.exists():
-            assert time.monotonic() < deadline, "the job's tool never ran"
-            time.sleep(0.05)
         # The line is written; the journal does not know the call finished.
         first.send_signal(signal.SIGKILL)
         first.wait(10)
@@ -350,22 +368,10 @@ def test_two_replicas_on_postgresql_the_survivor_finishes_the_killed_ones_job(
     )
     config = write_config(jobs_on_pg, extra=SERVER, name="pg.yaml")
     key = make_key(config=config)
-    marker = config.parent / "paused"
-    env = {**os.environ, "KOBOI_DEMO_PAUSE_AFTER_EFFECT": "replica-1"}
-    env["KOBOI_DEMO_PAUSE_MARKER"] = str(marker)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     # Replica A takes the job (it is alone when the job is queued) and stops right after
     # the tool's effect, before the journal records that the call finished.
-    replica_a = _spawn_serve(config, port, env)
+    replica_a, job = _paused_after_effect(config, key, "replica-1")
     try:
-        a = client(f"http://127.0.0.1:{port}", key)
-        job = a.post("/v1/jobs", json={"input": "log replica-1"}).json()
-        deadline = time.monotonic() + 20
-        while not marker.exists():
-            assert time.monotonic() < deadline, "the job's tool never ran"
-            time.sleep(0.05)
         replica_b = serve_process(config)  # the second replica, on the same database
         b = client(replica_b.base_url, key)
         assert b.get(f"/v1/jobs/{job['id']}").json()["status"] == "running"
