@@ -236,12 +236,7 @@ async def _start_chat(
             with anyio.CancelScope(shield=True):
                 await idempotency.withdraw(state, principal.name, key)
             raise
-    raise ApiError(
-        409,
-        "idempotency_key_in_progress",
-        "requests with this Idempotency-Key keep racing; retry later",
-        headers={"Retry-After": "1"},
-    )
+    raise idempotency.in_progress(idempotency.RACING)
 
 
 #: The cursor of the event streams: a header (SSE clients resend it) or a query parameter.

@@ -78,6 +78,18 @@ def key_reused() -> ApiError:
     )
 
 
+def in_progress(message: str, session_id: str | None = None) -> ApiError:
+    """409 ``idempotency_key_in_progress``: retry after a second (and follow the session)."""
+    extra = {"session_id": session_id} if session_id is not None else {}
+    return ApiError(
+        409, "idempotency_key_in_progress", message, headers={"Retry-After": "1"}, **extra
+    )
+
+
+#: When claims of one key keep changing hands under a request (rare: racing retries).
+RACING = "requests with this Idempotency-Key keep racing; retry later"
+
+
 def _record_key(principal: str, key: str) -> str:
     # Hashed: principal names and keys may hold any printable character.
     return hashlib.sha256(json.dumps([principal, key]).encode("utf-8")).hexdigest()
@@ -138,10 +150,10 @@ async def withdraw(state: ServerState, principal: str, key: str) -> None:
 
 
 async def outcome(state: ServerState, claim_: Claim) -> Finished | None:
-    """The claim's ``run_finished`` when its run ended; None while it goes on.
+    """The claim's ``run_finished`` when its run ended.
 
-    Raises 409 ``idempotency_key_in_progress`` while it goes on, unless the claim
-    was abandoned (no run ever started under it), which is withdrawn and None is
+    While the run goes on, raises 409 ``idempotency_key_in_progress``. A claim that
+    was abandoned (no run ever started under it) is withdrawn instead, and None is
     returned: the caller may claim the key again.
     """
     try:
@@ -158,13 +170,10 @@ async def outcome(state: ServerState, claim_: Claim) -> Finished | None:
     if not started and not running and time.time() - claim_.claimed_at > ABANDONED_AFTER:
         await withdraw(state, claim_.principal, claim_.key)
         return None
-    raise ApiError(
-        409,
-        "idempotency_key_in_progress",
+    raise in_progress(
         "a request with this Idempotency-Key is still in progress; retry later for its "
         f"answer, or follow GET /v1/sessions/{claim_.session_id}/events",
-        session_id=claim_.session_id,
-        headers={"Retry-After": "1"},
+        claim_.session_id,
     )
 
 
@@ -201,12 +210,9 @@ async def once(
                     content=found["response"], headers={"Idempotent-Replayed": "true"}
                 )
             if time.time() - float(found.get("claimed_at", 0)) <= ABANDONED_AFTER:
-                raise ApiError(
-                    409,
-                    "idempotency_key_in_progress",
+                raise in_progress(
                     "a request with this Idempotency-Key is still in progress; retry later "
-                    "for its answer",
-                    headers={"Retry-After": "1"},
+                    "for its answer"
                 )
             # The process answering it died before storing the answer: try again.
             await state.store.record_delete(KIND, record)
@@ -225,9 +231,4 @@ async def once(
         stored = {**claimed, "response": response.model_dump(mode="json")}
         await state.store.record_put(KIND, record, stored, expires_at=expires)
         return response
-    raise ApiError(
-        409,
-        "idempotency_key_in_progress",
-        "requests with this Idempotency-Key keep racing; retry later",
-        headers={"Retry-After": "1"},
-    )
+    raise in_progress(RACING)
