@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from koboi import plugins
 from koboi.plugins import PluginHost, reset_default_host
 
 WriteConfig = Callable[[str], Path]
@@ -42,11 +44,13 @@ def write_config(tmp_path: Path) -> WriteConfig:
 
 
 @pytest.fixture
-def use_host(monkeypatch: pytest.MonkeyPatch) -> Callable[[PluginHost], PluginHost]:
-    """Make every CLI command use ``host`` (through ``koboi_cli.host.get_host``)."""
+def use_host() -> Iterator[Callable[[PluginHost], PluginHost]]:
+    """Make every CLI command use ``host``: injected through the kernel
+    (:func:`koboi.plugins.use_host`), as any application would."""
+    with contextlib.ExitStack() as stack:
 
-    def install(host: PluginHost) -> PluginHost:
-        monkeypatch.setattr("koboi_cli.host.get_host", lambda **_: host)
-        return host
+        def install(host: PluginHost) -> PluginHost:
+            stack.enter_context(plugins.use_host(host))
+            return host
 
-    return install
+        yield install

@@ -132,3 +132,47 @@ async def test_assume_yes_approves_and_warns(capsys: pytest.CaptureFixture[str])
     decision = await AssumeYesApprover().decide(request())
     assert decision.approved
     assert "--yes" in capsys.readouterr().err
+
+
+@pytest.mark.anyio
+async def test_the_prompt_masks_secrets_and_reveals_them_only_when_asked() -> None:
+    secret = "Zq7-unguessable-literal-9f3k"
+    req = ApprovalRequest(
+        session_id="s",
+        step=1,
+        call_id="c1",
+        tool_name="deploy",
+        arguments={"note": f"key is {secret}", "api_key": "short", "token": "ghp_" + "a1B2" * 9},
+        risk=Risk.MODERATE,
+        reason="tool risk is moderate",
+        # What the kernel hands over: the run's redaction (here, a configured secret).
+        shown_arguments={
+            "note": "key is [REDACTED]",
+            "api_key": "short",
+            "token": "ghp_" + "a1B2" * 9,
+        },
+    )
+    out = io.StringIO()
+    decision = await TerminalApprover(read_line=answers("r", "y"), out=out).decide(req)
+    assert decision.approved
+    prompt, revealed = out.getvalue().split("arguments (unmasked):")
+    assert secret not in prompt and "short" not in prompt and "ghp_" not in prompt
+    assert "[REDACTED]" in prompt and '"api_key":"***"' in prompt
+    # Revealed to the person at the terminal, on request only.
+    assert secret in revealed
+
+
+def test_assume_yes_warns_with_the_arguments_masked(capsys: pytest.CaptureFixture[str]) -> None:
+    req = ApprovalRequest(
+        session_id="s",
+        step=1,
+        call_id="c1",
+        tool_name="deploy",
+        arguments={"password": "hunter2hunter2"},
+        risk=Risk.MODERATE,
+        reason="r",
+    )
+    decision = anyio.run(AssumeYesApprover().decide, req)
+    assert decision.approved
+    err = capsys.readouterr().err
+    assert "hunter2" not in err and '"password":"***"' in err

@@ -19,7 +19,7 @@ WriteConfig = Callable[[str], Path]
 @pytest.fixture
 def failing_validate(monkeypatch: pytest.MonkeyPatch) -> Callable[[BaseException], None]:
     def install(exc: BaseException) -> None:
-        def validate(config: Path) -> None:
+        def validate(config: Path, *, suggest: bool = False) -> None:
             raise exc
 
         monkeypatch.setattr("koboi_cli.cmd_config.validate", validate)

@@ -98,3 +98,40 @@ def test_table_aligns_plain_text_even_when_coloured() -> None:
         "A   B\nxx  loaded\ny   failed\n"
     )
     assert "\x1b[" in text
+
+
+def test_a_runners_child_runs_and_its_answer_are_printed() -> None:
+    from koboi.events import ChildEvent, FinalEvent, RunResult
+    from koboi.messages import Usage
+
+    def final(output: str, outcome: str = "completed") -> FinalEvent:
+        return FinalEvent(RunResult("s", outcome, output, Usage(), 1))  # type: ignore[arg-type]
+
+    call = ToolCall(id="c1", name="append_log", arguments={"line": "x"})
+    out = io.StringIO()
+    printer = EventPrinter(out, Style(out))
+    for event in (
+        ChildEvent(TextDeltaEvent("thinking", 1), "kid", None, "moon"),
+        ChildEvent(ToolCallEvent(call, 1), "kid", None, "moon"),
+        ChildEvent(
+            ChildEvent(ToolResultEvent("c1", "append_log", "ok", False, 1), "g", "c9"), "kid"
+        ),
+        ChildEvent(final("the moon pulls"), "kid", None, "moon"),
+        ChildEvent(final("", "failed"), "kid2", "call_7"),
+        final("The answer."),  # a runner's: nothing was streamed, so it is printed
+    ):
+        printer.handle(event)  # type: ignore[arg-type]
+    printer.finish()
+    assert out.getvalue().splitlines() == [
+        '[moon] → append_log {"line":"x"}',
+        "[kid] [c9] ← ok",
+        "[moon] done: the moon pulls",
+        "[call_7] done: failed: -",
+        "The answer.",
+    ]
+    streamed = io.StringIO()
+    printer = EventPrinter(streamed, Style(streamed))
+    printer.handle(TextDeltaEvent("The answer.", 1))
+    printer.handle(final("The answer."))  # type: ignore[arg-type]
+    printer.finish()
+    assert streamed.getvalue() == "The answer.\n"  # shown once

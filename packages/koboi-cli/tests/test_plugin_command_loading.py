@@ -143,6 +143,27 @@ def test_unknown_command_is_a_usage_error(runner: CliRunner, command_host: Plugi
     assert "No such command 'helo'" in result.output
 
 
+class CommandHints:
+    @hookimpl
+    def koboi_register_hints(self, register: Callable[..., None]) -> None:
+        register("command", "forecast", "koboi-weather")
+
+
+def test_a_missing_command_with_a_hint_says_what_to_install(
+    runner: CliRunner, command_host: PluginHost
+) -> None:
+    command_host.add_plugin(CommandHints(), "hints", dist="koboi-hints", version="0.1")
+    result = runner.invoke(app, ["forecast", "--days", "3"])
+    assert result.exit_code == 2
+    assert (
+        "No such command 'forecast': it comes with koboi-weather (install koboi-weather, "
+        "or check that its plugin is not disabled)." in result.output
+    )
+    # Without a hint, click's own error; an installed command is never hinted away.
+    assert "No such command 'weather'." in runner.invoke(app, ["weather"]).output
+    assert runner.invoke(app, ["hello"]).stdout == "Hello world\n"
+
+
 def test_discovery_failure_leaves_builtins_working(
     runner: CliRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from typer.testing import CliRunner
 
 from koboi import hookimpl, tool
+from koboi.hookspecs import hookspec
 from koboi.plugins import PluginHost
 from koboi_cli.app import app
 
@@ -97,7 +99,11 @@ def test_list_shows_broken_plugins(runner: CliRunner, use_host: UseHost) -> None
         "builtin": False,
         "status": "loaded",
         "reason": "",
+        "defines": [],
+        "implements": data["demo"]["implements"],
+        "waiting": [],
     }
+    assert "koboi_register_commands" in data["demo"]["implements"]
     assert data["broken"]["status"] == "failed"
 
 
@@ -149,6 +155,66 @@ def test_inspect_text(runner: CliRunner, use_host: UseHost) -> None:
     assert "the tool table is on fire" in broken.stdout
 
 
+class Greeter:
+    """An object registered through another plugin's hook (an object with no repr of its own)."""
+
+
+class Tagged:
+    def __repr__(self) -> str:
+        return "Tagged('x')"
+
+
+def greet() -> str:
+    return "hi"
+
+
+class Specs:
+    @hookspec
+    def koboi_owner_register_things(self, register: Any) -> None:
+        """Things."""
+
+
+class Owner:
+    @hookimpl
+    def koboi_register_hookspecs(self, register: Any) -> None:
+        register(Specs)
+
+
+class Things:
+    @hookimpl
+    def koboi_owner_register_things(self, register: Any) -> None:
+        register("object", Greeter())
+        register("tagged", Tagged())
+        register("class", Greeter)
+        register("function", greet)
+        register("number", 18.0)
+
+
+def test_inspect_names_registered_objects_readably(runner: CliRunner, use_host: UseHost) -> None:
+    host = PluginHost(load_entry_points=False, strict=True)
+    host.add_plugin(Owner(), "owner")
+    host.add_plugin(Things(), "things")
+    use_host(host)
+    shown = runner.invoke(app, ["plugins", "inspect", "things", "--json"])
+    assert shown.exit_code == 0, shown.output
+    targets = {
+        e["name"]: e["target"] for e in json.loads(shown.stdout)["registered"][HOOK_OF_THINGS]
+    }
+    here = __name__
+    assert targets == {
+        "object": f"{here}.Greeter instance",  # not <... object at 0x...>
+        "tagged": "Tagged('x')",  # an object that says more itself
+        "class": f"{here}.Greeter",
+        "function": f"{here}.greet",
+        "number": "18.0",
+    }
+    text = runner.invoke(app, ["plugins", "inspect", "things"]).stdout
+    assert f"object [{here}.Greeter instance]" in text and " at 0x" not in text
+
+
+HOOK_OF_THINGS = "koboi_owner_register_things"
+
+
 def test_inspect_real_plugin(runner: CliRunner) -> None:
     result = runner.invoke(app, ["plugins", "inspect", "tools-basic"])
     assert result.exit_code == 0, result.output
@@ -163,17 +229,35 @@ def test_inspect_unknown_id(runner: CliRunner, use_host: UseHost) -> None:
     assert result.stderr == "error: unknown plugin 'nope'; known plugins: builtin, broken, demo\n"
 
 
-def test_version(runner: CliRunner, use_host: UseHost) -> None:
-    use_host(demo_host())
+def test_version_lists_every_installed_plugin_from_metadata(
+    runner: CliRunner, broken_dist: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from importlib import metadata
+
+    # A second distribution, disabled by the environment.
+    info = tmp_path / "site" / "koboi_idle-1.4.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: koboi-idle\nVersion: 1.4.0\n")
+    (info / "entry_points.txt").write_text("[koboi.plugins]\nidle = koboi_idle_plugin\n")
+    monkeypatch.setenv("KOBOI_DISABLE_PLUGINS", "idle")
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0].startswith("koboi-core ")
     assert lines[1].startswith("koboi-cli ")
     rows = {line.split()[0]: line.split()[1:] for line in lines[3:]}
-    assert rows["builtin"] == ["koboi-core", rows["builtin"][1], "loaded", "(built-in)"]
-    assert rows["demo"] == ["koboi-demo", "1.2.3", "loaded"]
-    assert rows["broken"] == ["koboi-broken", "0.0.1", "failed"]
+    assert rows["builtin"][0] == "koboi-core" and rows["builtin"][2] == "built-in"
+    # Read from metadata, not imported: the plugin whose import fails is "installed".
+    assert rows["kaput"] == ["koboi-kaput", "0.3.0", "installed"]
+    assert "koboi_kaput_plugin" not in sys.modules
+    assert rows["idle"] == ["koboi-idle", "1.4.0", "disabled"]
+    installed = {
+        ep.name: ep.dist.version
+        for ep in metadata.entry_points(group="koboi.plugins")
+        if ep.dist is not None
+    }
+    for plugin_id, version in installed.items():
+        assert rows[plugin_id][1] == version, plugin_id
 
 
 # -- a plugin that cannot even be imported, found through real entry points ------
@@ -228,9 +312,7 @@ def test_plugins_list_works_with_an_unimportable_plugin_even_when_strict(
     assert "Traceback" not in validate.output
 
 
-def test_plugins_list_check_shows_registration_failures(
-    runner: CliRunner, use_host: UseHost
-) -> None:
+def test_plugins_list_shows_registration_failures(runner: CliRunner, use_host: UseHost) -> None:
     from koboi import hookimpl
     from koboi.plugins import PluginHost
 
@@ -242,10 +324,43 @@ def test_plugins_list_check_shows_registration_failures(
     plugin_host = PluginHost(load_entry_points=False, strict=False)
     plugin_host.add_plugin(Flaky(), "flaky")
     use_host(plugin_host)
+    # Registration always runs: a plugin whose registration fails is never shown "loaded".
     plain = runner.invoke(app, ["plugins", "list", "--json"])
     assert plain.exit_code == 0
-    assert {p["id"]: p["status"] for p in json.loads(plain.stdout)}["flaky"] == "loaded"
-    checked = runner.invoke(app, ["plugins", "list", "--check", "--json"])
-    flaky = {p["id"]: p for p in json.loads(checked.stdout)}["flaky"]
+    flaky = {p["id"]: p for p in json.loads(plain.stdout)}["flaky"]
     assert flaky["status"] == "failed"
     assert "registration failed: ValueError: cannot build my tools" in flaky["reason"]
+
+
+class ColourSpecs:
+    @hookspec
+    def koboi_owner_register_colours(self, register: Callable[..., None]) -> None:
+        """Register colours."""
+
+
+class ColourOwner:
+    @hookimpl
+    def koboi_register_hookspecs(self, register: Callable[..., None]) -> None:
+        register(ColourSpecs)
+
+
+class ColourUser:
+    @hookimpl
+    def koboi_owner_register_colours(self, register: Callable[..., None]) -> None:
+        register("teal", "#008080", description="A blue-green.")
+
+
+def test_inspect_shows_what_a_plugin_registered_through_another_plugins_hook(
+    runner: CliRunner, use_host: UseHost
+) -> None:
+    host = PluginHost(load_entry_points=False, strict=False)
+    host.add_plugin(ColourOwner(), "owner")
+    host.add_plugin(ColourUser(), "user")
+    use_host(host)
+    shown = runner.invoke(app, ["plugins", "inspect", "user"])
+    assert shown.exit_code == 0, shown.output
+    assert "registered:    nothing" not in shown.stdout
+    assert "koboi_owner_register_colours:" in shown.stdout
+    assert "teal ['#008080'] - A blue-green." in shown.stdout
+    data = json.loads(runner.invoke(app, ["plugins", "inspect", "user", "--json"]).stdout)
+    assert [e["name"] for e in data["registered"]["koboi_owner_register_colours"]] == ["teal"]

@@ -168,6 +168,8 @@ def test_resume_last_completes_an_interrupted_session(
         "RESUMABLE",
         "RUNS",
         "STEPS",
+        "TOKENS",
+        "COST",
         "LAST",
         "ACTIVITY",
         "AGENT",
@@ -332,6 +334,64 @@ def test_show_redacts_arguments(runner: CliRunner, sqlite_config: Path) -> None:
     assert [e["seq"] for e in events] == list(range(1, 10))
     assert SECRET not in as_json.stdout and "plain-value-123" not in as_json.stdout
     assert events[6]["data"]["arguments"]["api_key"] == "***"
+
+
+async def write_tree(store: Store) -> None:
+    """A parent whose runner started a child (naming its session in a plugin event) and
+    whose tool started another (its metadata names the call); the runner's child has a
+    child of its own."""
+    finished = {"outcome": "completed", "output": "ok", "steps": 1, "error": None}
+
+    async def journal(sid: str, events: list[NewEvent], **metadata: Any) -> None:
+        await store.create_session(sid, config_name="tree", metadata=metadata or None)
+        await store.append(sid, [NewEvent(J.RUN_STARTED, {"input": f"to {sid}"}), *events])
+
+    call = ToolCall(id="call_x", name="delegate", arguments={})
+    await journal(
+        "root",
+        [
+            NewEvent("tests.node_started", {"node": "a", "session_id": "kid-a"}),
+            NewEvent(J.MODEL_CALL_FINISHED, {"step": 1, "response": tool_call_response(call)}),
+            NewEvent(
+                J.TOOL_CALL_STARTED,
+                {"step": 1, "call_id": "call_x", "name": "delegate", "arguments": {}},
+            ),
+            NewEvent(J.TOOL_CALL_FINISHED, {"step": 1, "call_id": "call_x", "content": "ok"}),
+            NewEvent(J.RUN_FINISHED, finished),
+        ],
+    )
+    await journal("kid-a", [NewEvent(J.RUN_FINISHED, finished)], parent_session="root", tag="a")
+    await journal(
+        "kid-call", [NewEvent(J.RUN_FINISHED, finished)], parent_session="root",
+        parent_call="call_x",
+    )  # fmt: skip
+    await journal("grandkid", [], parent_session="kid-a", tag="deeper")
+
+
+def test_show_prints_a_run_and_its_children_as_a_tree(
+    runner: CliRunner, sqlite_config: Path
+) -> None:
+    in_store(sqlite_config, write_tree)
+    result = runner.invoke(app, ["show", "root", "--config", str(sqlite_config)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[1].endswith(", 3 child sessions")
+    shape = [
+        line.split("child session")[1].split(":")[0].strip()
+        if line.strip().startswith("└─")
+        else line.split()[0]
+        for line in lines[4:]
+    ]
+    # Each child right after the parent's event that started it, its events indented.
+    assert shape == ["1", "2", "a", "1", "2", "deeper", "1", "3", "4", "call_x", "1", "2", "5", "6"]
+    assert lines[7].startswith("  1 ") and lines[10].startswith("    1 ")  # one indent a level
+
+    as_json = runner.invoke(app, ["show", "root", "--config", str(sqlite_config), "--json"])
+    events = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert [(e["session_id"], e["seq"]) for e in events][:5] == [
+        ("root", 1), ("root", 2), ("kid-a", 1), ("kid-a", 2), ("grandkid", 1),
+    ]  # fmt: skip
+    assert events[2]["parent_session"] == "root" and "parent_session" not in events[0]
 
 
 def test_sessions_filters_and_limits(runner: CliRunner, sqlite_config: Path) -> None:
@@ -550,3 +610,56 @@ def test_session_row_status_follows_the_lease() -> None:
         [*events, JournalEvent("s", 2, "run_finished", {"outcome": "completed"}, 0.0)],
     )
     assert (done.status, done.resumable) == ("completed", False)
+
+
+def test_listing_settled_sessions_reads_no_journal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tokens and cost come from the store's session totals: a settled session's journal is
+    not read; an unsettled one (a run may be in flight) still is."""
+    import contextlib
+
+    from koboi.store import InMemoryStore, NewEvent
+    from koboi_cli import cmd_sessions
+
+    class CountingStore(InMemoryStore):
+        reads = 0
+
+        async def read(self, session_id: str, *, after: int = 0, limit: int | None = None):  # type: ignore[no-untyped-def]
+            CountingStore.reads += 1
+            return await super().read(session_id, after=after, limit=limit)
+
+    store = CountingStore()
+    answered = NewEvent(
+        "model_call_finished",
+        {
+            "step": 1,
+            "response": {
+                "message": {"role": "assistant", "content": "ok"},
+                "usage": {"input_tokens": 900, "output_tokens": 100},
+                "cost_usd": 0.0125,
+            },
+        },
+    )
+
+    async def fill() -> tuple[str, str]:
+        done = (await store.create_session()).id
+        await store.append(done, [NewEvent("run_started", {}), answered])
+        await store.set_status(done, "completed")
+        busy = (await store.create_session()).id
+        await store.set_status(busy, "running")
+        await store.append(busy, [NewEvent("run_started", {}), answered])
+        return done, busy
+
+    done, busy = anyio.run(fill)
+
+    @contextlib.asynccontextmanager
+    async def opened(target: object):  # type: ignore[no-untyped-def]
+        yield store
+
+    monkeypatch.setattr(cmd_sessions, "open_store", opened)
+    rows = {r.info.id: r for r in anyio.run(cmd_sessions._session_rows, None, 10, None)}
+    assert CountingStore.reads == 1  # the running session's, never the completed one's
+    assert cmd_sessions.cost(rows[done].totals) == "$0.0125"
+    assert cmd_sessions.tokens(rows[done].totals) == "1000"
+    assert cmd_sessions.row_json(rows[done])["cost_usd"] == 0.0125
+    assert rows[done].runs == 1 and rows[done].steps == 1
+    assert rows[busy].status == "interrupted" and rows[busy].totals is not None

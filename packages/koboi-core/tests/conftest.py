@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from koboi import hookimpl
 from koboi.plugins import PluginHost, reset_default_host
 
 
@@ -29,6 +30,30 @@ def host() -> PluginHost:
     h = PluginHost(strict=True)
     h.load()
     return h
+
+
+class HintsPlugin:
+    """A plugin object that registers the hints it is given (``kind -> {name: dist}``)."""
+
+    def __init__(self, hints: dict[str, dict[str, str]]) -> None:
+        self.hints = hints
+
+    @hookimpl
+    def koboi_register_hints(self, register: Callable[..., None]) -> None:
+        for kind, names in self.hints.items():
+            for name, dist in names.items():
+                register(kind, name, dist)
+
+
+@pytest.fixture
+def add_hints(host: PluginHost) -> Callable[..., PluginHost]:
+    """``add_hints(tool={"crystal_ball": "koboi-tools-oracle"}, ...)``: the host, hinting them."""
+
+    def add(**hints: dict[str, str]) -> PluginHost:
+        host.add_plugin(HintsPlugin(hints), "test-hints")
+        return host
+
+    return add
 
 
 FakeDist = Callable[..., Path]

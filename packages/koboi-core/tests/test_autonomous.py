@@ -1,4 +1,5 @@
-"""The C3 rule: an autonomous run may only run destructive tools in an isolating sandbox."""
+"""The unattended-destruction rule: an autonomous run may only run destructive tools in an
+isolating sandbox."""
 
 from __future__ import annotations
 

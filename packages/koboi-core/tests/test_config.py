@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ import pytest
 from koboi.config import config_schema, load_config, store_scheme
 from koboi.errors import ConfigError
 from koboi.plugins import PluginHost
+
+from .conftest import HintsPlugin
 
 MINIMAL = """
 llm:
@@ -50,9 +53,14 @@ def test_unknown_section_suggests_the_close_one(tmp_path: Path, host: PluginHost
     assert found[0].startswith(str(tmp_path / "agent.yaml"))
 
 
-def test_first_party_section_not_installed_says_what_to_install(
-    tmp_path: Path, host: PluginHost
-) -> None:
+def test_first_party_section_not_installed_says_what_to_install(tmp_path: Path) -> None:
+    # A host without the installed plugins (koboi-rag may be installed here): the
+    # scripted model for the config's llm, and the hint.
+    import koboi_scripted.plugin
+
+    host = PluginHost(load_entry_points=False, strict=True)
+    host.add_plugin(koboi_scripted.plugin, "scripted")
+    host.add_plugin(HintsPlugin({"section": {"rag": "koboi-rag"}}), "test-hints")
     found = problems(tmp_path, host, MINIMAL + "rag: {top_k: 3}\n")
     assert found == [
         f"{tmp_path / 'agent.yaml'}: rag: no installed plugin owns this section (install koboi-rag)"
@@ -67,13 +75,12 @@ def test_unknown_key_in_kernel_section(tmp_path: Path, host: PluginHost) -> None
 
 
 def test_every_problem_is_reported_at_once(
-    tmp_path: Path, host: PluginHost, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, add_hints: Callable[..., PluginHost]
 ) -> None:
-    # A first-party backend name whose plugin is not installed here.
-    from koboi import _hints
-
-    monkeypatch.setitem(_hints.SANDBOXES, "microvm", "koboi-sandbox-microvm")
-    monkeypatch.setitem(_hints.TOOLS, "crystal_ball", "koboi-tools-oracle")
+    # Names whose plugin is not installed here, which a hint names.
+    host = add_hints(
+        sandbox={"microvm": "koboi-sandbox-microvm"}, tool={"crystal_ball": "koboi-tools-oracle"}
+    )
     text = """
     agent: {mode: turbo, max_iterations: 0}
     llm: {provider: scripted, scirpt: []}
@@ -115,12 +122,10 @@ def test_missing_llm_is_reported(tmp_path: Path, host: PluginHost) -> None:
 
 
 def test_unknown_provider_hints_the_distribution(
-    tmp_path: Path, host: PluginHost, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, add_hints: Callable[..., PluginHost]
 ) -> None:
-    # A first-party name whose plugin is not installed here.
-    from koboi import _hints
-
-    monkeypatch.setitem(_hints.PROVIDERS, "gemini", "koboi-gemini")
+    # A name whose plugin is not installed here, which a hint names.
+    host = add_hints(provider={"gemini": "koboi-gemini"})
     found = problems(tmp_path, host, "llm: {provider: gemini, model: g}\n")
     assert found == [
         f"{tmp_path / 'agent.yaml'}: llm.provider: unknown provider 'gemini' (install koboi-gemini)"
@@ -263,7 +268,7 @@ def test_store_scheme_hint_names_the_distribution(
 ) -> None:
     monkeypatch.setenv("KOBOI_DISABLE_PLUGINS", "store-sql")
     host = PluginHost(strict=True)
-    host.load()
+    host.add_plugin(HintsPlugin({"store_scheme": {"sqlite": "koboi-store-sql"}}), "test-hints")
     found = problems(tmp_path, host, MINIMAL + "store: {url: 'sqlite:///x.db'}\n")
     assert found[0].endswith(
         "store.url: no installed store handles 'sqlite://' URLs (install koboi-store-sql)"

@@ -514,3 +514,60 @@ def test_inline_pool_in_llm_validates() -> None:
 def test_unknown_cache_mode_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"cache\.mode"):
         validate_config({"llm": _scripted(["x"]), "cache": {"mode": "sometimes"}})
+
+
+# -- context windows ----------------------------------------------------------------
+
+
+class Windowed(Member):
+    def __init__(self, name: str, window: int | None) -> None:
+        super().__init__(name)
+        self.window = window
+
+    def context_window(self) -> int | None:
+        return self.window
+
+
+async def test_a_provider_states_no_window_unless_it_knows_one() -> None:
+    assert Member("plain").context_window() is None
+    assert PricedProvider(Windowed("w", 8000), Pricing()).context_window() == 8000
+
+
+async def test_a_pool_states_the_smallest_window_of_its_members() -> None:
+    pool = ProviderPool(
+        "p", [("a", Windowed("a", 128_000)), ("b", Windowed("b", 8000)), ("c", Member("c"))]
+    )
+    assert pool.context_window() == 8000
+    assert ProviderPool("q", [("c", Member("c"))]).context_window() is None
+
+
+async def test_the_config_overrides_the_window_a_provider_states() -> None:
+    from koboi.models import build_model
+    from koboi.plugins import default_host
+
+    config = validate_config(
+        {"llm": {"provider": "scripted", "context_window": 4000}}, base_dir=None, env={}
+    )
+    model = build_model(config, default_host().catalog(), None)
+    assert model.context_window() == 4000
+    # It changes nothing else: the answers and the cache identity are the provider's.
+    assert model.cache_identity()["provider"] == "scripted"
+    assert (await model.complete(ModelRequest(messages=[Message.user("hi")]))).message.content
+    # An application's own provider gets the config's window too, and a pool its own.
+    given = build_model(config, default_host().catalog(), None, provider=Windowed("x", 9))
+    assert given.context_window() == 4000
+    pooled = validate_config(
+        {
+            "providers": {"a": _scripted(["x"]), "main": {"pool": ["a"], "context_window": 123}},
+            "llm": "main",
+        },
+        base_dir=None,
+        env={},
+    )
+    assert build_model(pooled, default_host().catalog(), None).context_window() == 123
+
+
+def test_a_window_that_is_not_a_positive_number_is_a_config_error() -> None:
+    with pytest.raises(ConfigError) as caught:
+        validate_config({"llm": {"provider": "scripted", "context_window": 0}}, env={})
+    assert "llm.context_window" in str(caught.value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -273,3 +274,24 @@ def test_run_sources_are_chosen_by_the_longest_suffix_and_never_claimed_twice() 
     rival.add_plugin(Rival(), "rival")
     with pytest.raises(PluginError, match=r"'\.koboi' is claimed by two run sources.*'rival'"):
         rival.run_sources()
+
+
+def test_every_lazy_name_of_the_package_is_typed_and_exported() -> None:
+    """``from koboi import X`` works at run time (lazily) and for type checkers alike."""
+    import ast
+    import importlib
+
+    import koboi
+
+    tree = ast.parse(Path(koboi.__file__).read_text(encoding="utf-8"))
+    typed: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.ImportFrom):
+                    typed.update(a.asname or a.name for a in inner.names)
+    lazy = koboi._LAZY
+    assert sorted(set(lazy) - typed) == [], "lazy names a type checker cannot see"
+    assert set(koboi.__all__) - {"__version__"} == set(lazy)
+    for name, module in lazy.items():
+        assert getattr(koboi, name) is getattr(importlib.import_module(module), name)

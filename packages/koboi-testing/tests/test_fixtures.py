@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,3 +42,28 @@ async def test_memory_store_is_open_and_empty(memory_store: InMemoryStore) -> No
     assert await memory_store.list_sessions() == []
     session = await memory_store.create_session("s1")
     assert [e.seq for e in await memory_store.append(session.id, [NewEvent("x")])] == [1]
+
+
+def test_koboi_command_runs_the_real_command_with_only_the_named_plugins(
+    koboi_command: Any,
+) -> None:
+    some = koboi_command("plugins", "list", "--json", plugins=["scripted"])
+    assert some.returncode == 0, some.stderr
+    statuses = {p["id"]: p["status"] for p in json.loads(some.stdout)}
+    assert statuses["builtin"] == "loaded" and statuses["scripted"] == "loaded"
+    assert all(s == "disabled" for pid, s in statuses.items() if pid not in ("builtin", "scripted"))
+    failing = koboi_command("run", "missing.yaml", "-m", "hi", plugins=[])
+    assert failing.returncode == 1 and "file not found" in failing.stderr
+
+
+def test_koboi_command_takes_plugin_filters_from_the_call_not_the_test_process(
+    koboi_command: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KOBOI_LOAD_PLUGINS", "scripted")  # the test process's own filter
+    every = koboi_command("plugins", "list", "--json")  # plugins=None: every plugin
+    statuses = {p["id"]: p["status"] for p in json.loads(every.stdout)}
+    assert not any(s == "disabled" for s in statuses.values()), statuses
+    # A filter given through env= is kept.
+    denied = koboi_command("plugins", "list", "--json", env={"KOBOI_DISABLE_PLUGINS": "scripted"})
+    statuses = {p["id"]: p["status"] for p in json.loads(denied.stdout)}
+    assert statuses["scripted"] == "disabled"

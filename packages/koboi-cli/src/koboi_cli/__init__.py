@@ -6,18 +6,7 @@ imported only by the commands that need them.
 
 from __future__ import annotations
 
-from typing import Any
+# Not importlib.metadata (tens of milliseconds at startup): the file hatchling reads.
+from koboi_cli._version import __version__
 
 __all__ = ["__version__"]
-
-
-def __getattr__(name: str) -> Any:
-    # Read lazily: importlib.metadata alone costs tens of milliseconds at startup.
-    if name == "__version__":
-        from importlib import metadata
-
-        try:
-            return metadata.version("koboi-cli")
-        except metadata.PackageNotFoundError:  # pragma: no cover - a bare source tree
-            return "0+unknown"
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

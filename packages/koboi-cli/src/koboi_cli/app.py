@@ -206,6 +206,7 @@ class SessionStatusChoice(StrEnum):
     failed = "failed"
     interrupted = "interrupted"
     cancelled = "cancelled"
+    suspended = "suspended"
 
 
 StoreConfigArg = Annotated[
@@ -285,11 +286,57 @@ def show(
 
 
 @app.command()
-def validate(config: ConfigArg) -> None:
+def call(
+    ctx: typer.Context,
+    config: ConfigArg,
+    tool_name: Annotated[str, typer.Argument(metavar="TOOL", help="The tool's exact name.")],
+    arguments: Annotated[
+        str,
+        typer.Option("--args", "-a", metavar="JSON", help="The call's arguments, a JSON object."),
+    ] = "{}",
+    session: Annotated[
+        str | None,
+        typer.Option(
+            "--session",
+            metavar="ID",
+            help="Journal the call in this session (default: a new one).",
+        ),
+    ] = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Approve the call if it needs approval.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run one tool call through the agent's whole pipeline, without a model.
+
+    Mode, policy, guardrails, trust, approval (asked at a terminal, denied without
+    one, given with --yes), rate limits, the sandbox, the journal and the audit trail
+    apply exactly as to a call the model makes. Exit code 0 when the tool ran and
+    returned no error.
+    """
+    from koboi_cli.cmd_call import call_tool
+
+    raise typer.Exit(
+        call_tool(config, tool_name, arguments, session_id=session, assume_yes=yes, as_json=as_json)
+    )
+
+
+@app.command()
+def validate(
+    config: ConfigArg,
+    suggest: Annotated[
+        bool,
+        typer.Option(
+            "--suggest",
+            help="Also print koboi's preferred spelling of each section written in "
+            "another one (koboi-agent's top-level guardrails, rate_limit, policy...).",
+        ),
+    ] = False,
+) -> None:
     """Check a config file; list every problem found."""
     from koboi_cli.cmd_config import validate as validate_config
 
-    validate_config(config)
+    validate_config(config, suggest=suggest)
 
 
 @plugins_app.command("list")
@@ -299,7 +346,8 @@ def plugins_list(
         bool,
         typer.Option(
             "--check",
-            help="Also run every plugin's registration hooks, so those that fail there show too.",
+            help="Also collect the hooks plugins define for each other (registration hooks "
+            "always run, so a plugin whose registration fails shows as failed).",
         ),
     ] = False,
 ) -> None:

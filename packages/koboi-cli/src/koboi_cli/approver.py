@@ -16,16 +16,26 @@ from koboi.approval import (
     Scope,
     canonical_arguments,
 )
+from koboi_cli.redact import mask_secrets, redact_arguments
 from koboi_cli.style import Style, warn, write
 
-ANSWERS = "[y]es / [n]o / [a]lways for this tool with these arguments"
+
+def shown_arguments(request: ApprovalRequest) -> str:
+    """A request's arguments as the CLI shows them: masked by the run's redaction (what
+    the journal keeps) and then by the kernel's definition of a secret, by key and value."""
+    return canonical_arguments(redact_arguments(request.display_arguments))
+
+
+ANSWERS = "[y]es / [n]o / [a]lways for this tool with these arguments / [r]eveal the arguments"
 
 
 class TerminalApprover(Approver):
     """Asks the person at the terminal about each call that needs approval.
 
-    Shows the tool, its risk, why approval is needed and the exact canonical
-    arguments that will run. ``y`` approves this call, ``n`` (or an empty
+    Shows the tool, its risk, why approval is needed and the canonical arguments
+    that will run, with every secret masked (the run's redaction, and the
+    kernel's definition of a secret on top); ``r`` shows them unmasked, to the
+    person at the terminal only. ``y`` approves this call, ``n`` (or an empty
     answer, or end of input) denies it, ``a`` approves it and every later call
     of the same tool with the same arguments (koboi-governance keeps that as a
     trust rule in the store, so it outlasts the process). Every decision names
@@ -79,6 +89,12 @@ class TerminalApprover(Approver):
                     )
                 if answer in ("", "n", "no"):
                     return self._deny(request, "denied at the terminal")
+                if answer in ("r", "reveal"):
+                    write(
+                        self._out,
+                        f"  arguments (unmasked): {canonical_arguments(request.arguments)}\n",
+                    )
+                    continue
                 write(self._out, f"please answer y, n or a (got {line.strip()!r})\n")
 
     def _bound(
@@ -99,8 +115,8 @@ class TerminalApprover(Approver):
         write(
             self._out,
             f"{style.yellow(style.bold('approval needed:'))} {style.bold(request.tool_name)} "
-            f"(risk: {request.risk.value}) - {request.reason}\n"
-            f"  arguments: {canonical_arguments(request.arguments)}\n",
+            f"(risk: {request.risk.value}) - {mask_secrets(request.reason)}\n"
+            f"  arguments: {shown_arguments(request)}\n",
         )
 
     def _deny(self, request: ApprovalRequest, why: str) -> ApprovalDecision:
@@ -119,6 +135,6 @@ class AssumeYesApprover(Approver):
     async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
         warn(
             f"approved {request.tool_name} ({request.risk.value}) without asking (--yes): "
-            f"{canonical_arguments(request.arguments)}"
+            f"{shown_arguments(request)}"
         )
         return ApprovalDecision(approved=True, reason="approved by --yes", decided_by=self.name)

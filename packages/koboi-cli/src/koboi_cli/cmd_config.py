@@ -10,8 +10,12 @@ from koboi_cli import host
 from koboi_cli.style import Style, err, write
 
 
-def validate(config: Path) -> None:
-    """Print an ``ok:`` line, or raise the ConfigError (every problem, one line each)."""
+def validate(config: Path, *, suggest: bool = False) -> None:
+    """Print an ``ok:`` line, or raise the ConfigError (every problem, one line each).
+
+    ``suggest``: also print, for each section written in another spelling (an alias a
+    plugin registered), the same settings in koboi's own spelling, as YAML.
+    """
     from koboi.config import load_config
 
     loaded = load_config(config, host.get_host().catalog())
@@ -23,6 +27,31 @@ def validate(config: Path) -> None:
         f"{style.green('ok:')} {config} is valid (agent {loaded.agent.name}, "
         f"provider {loaded.llm.provider}, {tools})\n",
     )
+    if not loaded.spellings:
+        if suggest:
+            write(sys.stdout, "suggest: every section is in koboi's own spelling\n")
+        return
+    if not suggest:
+        names = ", ".join(s.alias for s in loaded.spellings)
+        err(f"{names}: another spelling; koboi validate --suggest prints koboi's", prefix="note")
+        return
+    import yaml
+
+    from koboi.secrets import mask_secrets
+
+    for spelling in loaded.spellings:
+        # A converted alias may hold a credential (tracing's keys become an Authorization
+        # header): masked as anywhere a person sees it; the config keeps its ${VAR}.
+        preferred = mask_secrets(
+            yaml.safe_dump(
+                {spelling.section: spelling.preferred}, sort_keys=False, default_flow_style=False
+            )
+        )
+        write(
+            sys.stdout,
+            f"suggest: {spelling.alias}: is accepted; koboi's own spelling is:\n"
+            + "".join(f"  {line}\n" for line in preferred.splitlines()),
+        )
 
 
 def schema(output: Path | None) -> None:

@@ -7,6 +7,8 @@ broken, so they must never fail because something is.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import json
 import sys
 from typing import TYPE_CHECKING, Any
@@ -20,12 +22,23 @@ if TYPE_CHECKING:
     from koboi.registry import Registration
 
 
-def tolerant_host(*, register: bool = True) -> PluginHost:
+def tolerant_host(*, register: bool = True, plugin_hooks: bool = False) -> PluginHost:
     """A loaded host; with ``register`` its catalog is collected too, so plugins whose
-    registration hooks fail show as failed (this builds every plugin's models)."""
+    registration hooks fail show as failed (this builds every plugin's models); with
+    ``plugin_hooks`` every hook a plugin defines is collected as well."""
     plugin_host = host.get_host(tolerant=True)
     if register:
         plugin_host.catalog()
+    if plugin_hooks:
+        from koboi.errors import PluginError
+        from koboi.plugins import registered_hooks
+
+        for hook, owner in registered_hooks(plugin_host).items():
+            if owner == "builtin":
+                continue
+            # A hook that is not a collector, or a failure already shown on its plugin.
+            with contextlib.suppress(PluginError):
+                plugin_host.collect(hook)
     return plugin_host
 
 
@@ -37,11 +50,17 @@ def info_json(info: PluginInfo) -> dict[str, Any]:
         "builtin": info.builtin,
         "status": info.status,
         "reason": info.reason,
+        "defines": list(info.defines),
+        "implements": list(info.hooks),
+        "waiting": list(info.waiting),
     }
 
 
 def list_plugins(*, as_json: bool, check: bool = False) -> None:
-    plugins = tolerant_host(register=check).plugins
+    """Every plugin and its status. Registration always runs (a plugin whose registration
+    fails is listed as failed, not as loaded); ``check`` also collects the hooks plugins
+    define for each other."""
+    plugins = tolerant_host(register=True, plugin_hooks=check).plugins
     if as_json:
         write(sys.stdout, json.dumps([info_json(p) for p in plugins], indent=2) + "\n")
         return
@@ -74,7 +93,53 @@ def _tool_details(target: Any) -> dict[str, Any]:
 
 
 def registrations(plugin_host: PluginHost, plugin_id: str) -> dict[str, list[dict[str, Any]]]:
-    """What one plugin registered, by kind, as JSON-able data."""
+    """What one plugin registered, by kind, as JSON-able data: the kernel's kinds, then
+    what it registered through other plugins' hooks, under each hook's name."""
+    return {
+        **_kernel_registrations(plugin_host, plugin_id),
+        **_hook_registrations(plugin_host, plugin_id),
+    }
+
+
+def _hook_registrations(plugin_host: PluginHost, plugin_id: str) -> dict[str, list[dict[str, Any]]]:
+    from koboi.errors import PluginError
+
+    info = plugin_host.get(plugin_id)
+    found: dict[str, list[dict[str, Any]]] = {}
+    for hook in info.hooks if info is not None else ():
+        owner = plugin_host.hook_owner(hook)
+        if owner is None or owner == "builtin":
+            continue
+        try:
+            entries = plugin_host.collect(hook).by_plugin(plugin_id)
+        except PluginError:  # not a collector hook, or its failure is the plugin's reason
+            continue
+        found[hook] = [_entry(e, target=target_name(e.target)) for e in entries]
+    return found
+
+
+def target_name(target: Any) -> str:
+    """What a registration's target is, for a person: a value as written (``18.0``), a
+    class or function by its import path, an object by its class
+    (``koboi_http.trace.TracePropagation instance``) unless it says more itself."""
+    if isinstance(target, type) or inspect.isroutine(target):
+        module = getattr(target, "__module__", None)
+        name = getattr(target, "__qualname__", None) or getattr(target, "__name__", "?")
+        return f"{module}.{name}" if module else str(name)
+    kind = type(target)
+    if "__repr__" not in _defined_on(kind):  # <... object at 0x...>: says nothing to a reader
+        return f"{kind.__module__}.{kind.__qualname__} instance"
+    return repr(target)
+
+
+def _defined_on(kind: type) -> set[str]:
+    """The names the classes of ``kind``'s method resolution order define, ``object`` aside."""
+    return {name for cls in kind.__mro__ if cls is not object for name in vars(cls)}
+
+
+def _kernel_registrations(
+    plugin_host: PluginHost, plugin_id: str
+) -> dict[str, list[dict[str, Any]]]:
     catalog = plugin_host.catalog()
     return {
         "sections": [
@@ -86,6 +151,11 @@ def registrations(plugin_host: PluginHost, plugin_id: str) -> dict[str, list[dic
             for e in catalog.providers.by_plugin(plugin_id)
         ],
         "tools": [_entry(e, **_tool_details(e.target)) for e in catalog.tools.by_plugin(plugin_id)],
+        "toolsets": [_entry(e) for e in catalog.toolsets.by_plugin(plugin_id)],
+        "runners": [
+            _entry(e, options=e.options.model_json_schema() if e.options else None)
+            for e in catalog.runners.by_plugin(plugin_id)
+        ],
         "sandboxes": [
             _entry(e, options=e.options.model_json_schema() if e.options else None)
             for e in catalog.sandboxes.by_plugin(plugin_id)
@@ -96,11 +166,18 @@ def registrations(plugin_host: PluginHost, plugin_id: str) -> dict[str, list[dic
             _entry(e, target=e.target, suffixes=list(e.extra.get("suffixes", ())))
             for e in catalog.run_sources.by_plugin(plugin_id)
         ],
+        "event_summaries": [
+            _entry(e, target=e.target) for e in catalog.event_summaries.by_plugin(plugin_id)
+        ],
+        "hints": [
+            {"name": e.name, "distribution": e.target, **{k: v for k, v in e.extra.items() if v}}
+            for e in catalog.hints.entries.by_plugin(plugin_id)
+        ],
     }
 
 
 def inspect_plugin(plugin_id: str, *, as_json: bool) -> None:
-    plugin_host = tolerant_host()
+    plugin_host = tolerant_host(plugin_hooks=True)
     info = plugin_host.get(plugin_id)
     if info is None:
         known = ", ".join(p.id for p in plugin_host.plugins) or "none"
@@ -111,6 +188,7 @@ def inspect_plugin(plugin_id: str, *, as_json: bool) -> None:
         "module": info.module,
         "requires_core": info.requires_core,
         "hooks": list(info.hooks),
+        "hook_owners": {hook: plugin_host.hook_owner(hook) for hook in info.hooks},
         "load_seconds": round(info.load_seconds, 6),
         "registered": registered,
     }
@@ -133,9 +211,15 @@ def render_inspection(
         f"  distribution:  {info.dist} {info.version}",
         f"  module:        {info.module}",
         f"  koboi-core:    {info.requires_core or 'any (not declared)'}",
-        f"  hooks:         {', '.join(info.hooks) or 'none'}",
-        f"  load time:     {info.load_seconds * 1000:.1f} ms",
+        f"  implements:    {', '.join(_implemented(info)) or 'none'}",
+        f"  defines:       {', '.join(info.defines) or 'none'}",
     ]
+    if info.waiting:
+        lines.append(
+            f"  waiting:       {', '.join(info.waiting)} (their owner is not installed: "
+            "never called)"
+        )
+    lines.append(f"  load time:     {info.load_seconds * 1000:.1f} ms")
     if not any(registered.values()):
         lines.append("  registered:    nothing")
     for kind, entries in registered.items():
@@ -147,6 +231,10 @@ def render_inspection(
     return "\n".join(lines) + "\n"
 
 
+def _implemented(info: PluginInfo) -> list[str]:
+    return [h for h in info.hooks if h not in info.waiting]
+
+
 def _suffix(kind: str, entry: dict[str, Any]) -> str:
     parts: list[str] = []
     if kind == "tools":
@@ -155,11 +243,15 @@ def _suffix(kind: str, entry: dict[str, Any]) -> str:
         else:
             parts.append(f"risk {entry['risk']}")
             parts.append("idempotent" if entry["idempotent"] else "not idempotent")
-    if kind == "commands":
+    if kind in ("commands", "event_summaries") or kind.startswith("koboi_"):
         parts.append(entry["target"])
     if kind == "run_sources":
         parts.append(", ".join(entry["suffixes"]))
         parts.append(entry["target"])
+    if kind == "hints":
+        parts.append(entry["distribution"])
+        if entry.get("moved_to"):
+            parts.append(f"moved to {entry['moved_to']}")
     text = f" [{', '.join(parts)}]" if parts else ""
     description = " ".join(str(entry.get("description") or "").split())
     if description:
@@ -169,17 +261,21 @@ def _suffix(kind: str, entry: dict[str, Any]) -> str:
 
 
 def version_text() -> str:
+    """The kernel's, the CLI's and every installed plugin's version, from package
+    metadata alone: no plugin is imported (``koboi plugins list`` loads them)."""
     from koboi import __version__ as core_version
+    from koboi.plugins import BUILTIN_ID, KERNEL_DIST, PluginHost
 
     lines = [f"koboi-core {core_version}", f"koboi-cli {__version__}"]
     try:
-        plugins = tolerant_host().plugins
+        found = PluginHost(builtins=False, strict=False).discover()
     except Exception as exc:  # --version must answer even if plugin discovery breaks
         lines.append(f"plugins: unavailable ({type(exc).__name__}: {exc})")
         return "\n".join(lines) + "\n"
-    rows = [
-        [p.id, p.dist, p.version, f"{p.status}{' (built-in)' if p.builtin else ''}"]
-        for p in plugins
+    rows = [[BUILTIN_ID, KERNEL_DIST, core_version, "built-in"]]
+    rows += [
+        [p.id, p.dist, p.version, "installed" if p.status == "not-loaded" else p.status]
+        for p in found
     ]
     plain = Style(sys.stdout, color=False)
     listing = table(["PLUGIN", "DISTRIBUTION", "VERSION", "STATUS"], rows, plain)

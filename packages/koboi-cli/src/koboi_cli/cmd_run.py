@@ -9,13 +9,17 @@ Plain output (what pipes and files get)::
 The answer text streams to stdout as the model produces it; each tool call
 (``→``, name and canonical JSON arguments) and its result (``←``, truncated)
 gets a line of its own, so the final answer always starts on a fresh line.
-``--json`` prints nothing but one JSON object once the run has ended.
+The child runs of a run (a sub-agent, a runner's nodes) show their tool calls,
+results and answers as lines prefixed with their tag (``[moon] → ...``), and a
+plugin's journaled events that the plugin summarises (a node starting, a
+route taken) as ``· <summary>`` lines. A run that streamed no text (a runner's)
+prints its final answer at the end. ``--json`` prints nothing but one JSON
+object once the run has ended.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -28,7 +32,9 @@ import anyio
 from koboi.approval import Approver, canonical_arguments
 from koboi.events import (
     AgentEvent,
+    ChildEvent,
     FinalEvent,
+    PluginEvent,
     RunResult,
     TextDeltaEvent,
     ToolCallEvent,
@@ -72,6 +78,8 @@ class EventPrinter:
         self.style = style
         self._at_line_start = True
         self.refused_for_approval = 0
+        #: Text of the run's own answer was shown (a runner's answer comes only at the end).
+        self._streamed = False
 
     def _line(self, text: str) -> None:
         """A line of its own, even if the answer text stopped mid-line."""
@@ -79,12 +87,27 @@ class EventPrinter:
         write(self.out, f"{prefix}{text}\n")
         self._at_line_start = True
 
-    def handle(self, event: AgentEvent) -> None:
+    def handle(self, event: AgentEvent, prefix: str = "") -> None:
         s = self.style
-        if isinstance(event, TextDeltaEvent):
-            if event.text:
+        if isinstance(event, ChildEvent):
+            label = event.tag or event.parent_call_id or event.session_id[:8]
+            self.handle(event.event, f"{prefix}{s.dim(f'[{label}]')} ")
+        elif isinstance(event, TextDeltaEvent):
+            if event.text and not prefix:  # a child's text shows in its answer line
                 write(self.out, event.text)
                 self._at_line_start = event.text.endswith("\n")
+                self._streamed = True
+        elif isinstance(event, FinalEvent):
+            output = event.result.output.strip()
+            if prefix:
+                done = f"{event.result.outcome}: " if event.result.outcome != "completed" else ""
+                self._line(f"{prefix}{s.dim('done:')} {done}{_indent(shorten(output or '-'))}")
+            elif output and not self._streamed:
+                self._line(output)
+        elif isinstance(event, PluginEvent):
+            said = host.get_host().summarize_event(event.type, event.data)
+            if said is not None and event.event_id is not None:
+                self._line(f"{prefix}{s.dim('· ' + said)}")
         elif isinstance(event, ToolCallEvent):
             call = event.call
             arguments = (
@@ -92,17 +115,17 @@ class EventPrinter:
                 if call.raw_arguments is not None
                 else canonical_arguments(call.arguments)
             )
-            self._line(f"{s.cyan('→')} {s.bold(call.name)} {s.dim(arguments)}")
+            self._line(f"{prefix}{s.cyan('→')} {s.bold(call.name)} {s.dim(arguments)}")
         elif isinstance(event, ToolResultEvent):
             body = _indent(shorten(event.content))
             if event.refused_by:
                 self.refused_for_approval += event.refused_by == "approval"
                 label = s.yellow(f"refused by {event.refused_by}:")
-                self._line(f"{s.yellow('←')} {label} {body}")
+                self._line(f"{prefix}{s.yellow('←')} {label} {body}")
             elif event.is_error:
-                self._line(f"{s.red('←')} {s.red('error:')} {body}")
+                self._line(f"{prefix}{s.red('←')} {s.red('error:')} {body}")
             else:
-                self._line(f"{s.green('←')} {s.dim(body)}")
+                self._line(f"{prefix}{s.green('←')} {s.dim(body)}")
 
     def finish(self) -> None:
         """End the answer's last line."""
@@ -248,13 +271,11 @@ def run(
         return _run_source(source, config, options)
     if replay_mode is not None:
         cache_mode = replay_mode
-    if cache_mode is not None:
-        # The one override the kernel reads (koboi.models.cache_mode), also seen by
-        # config validation: under replay a provider needs no key.
-        os.environ["KOBOI_CACHE_MODE"] = cache_mode
     from koboi.config import load_config
 
-    loaded = load_config(config, host.get_host().catalog())
+    # The cache mode is given to the kernel, never through the environment: config
+    # validation needs it too (under replay a provider needs no key).
+    loaded = load_config(config, host.get_host().catalog(), cache_mode=cache_mode)
     return run_config(
         loaded,
         message,
@@ -262,6 +283,7 @@ def run(
         session_id=session_id,
         assume_yes=assume_yes,
         resume=resume,
+        cache_mode=cache_mode,
     )
 
 
@@ -276,7 +298,7 @@ def _run_source(source: Registration[str], path: Path, options: dict[str, Any]) 
         target: Any = importlib.import_module(module_name)
         for part in attribute.split("."):
             target = getattr(target, part)
-    except Exception as exc:
+    except Exception as exc:  # whatever a plugin's import raises: one line naming it
         raise PluginError(
             f"run source {source.name!r} of plugin {source.plugin!r} could not be loaded from "
             f"{source.target!r}: {type(exc).__name__}: {exc}"
@@ -293,16 +315,18 @@ def run_config(
     assume_yes: bool,
     resume: str | None = None,
     prepare: Callable[[Store], Awaitable[None]] | None = None,
+    cache_mode: str | None = None,
 ) -> int:
     """Run a loaded config as ``koboi run`` does (printing, approvals, exit code).
 
     ``prepare(store)``, when given, is awaited once the agent is open, before the
-    run starts (a plugin seeding the store, for example).
+    run starts (a plugin seeding the store, for example). ``cache_mode`` overrides
+    the config's response cache mode.
     """
     from koboi.agent import KoboiAgent
 
     approver = choose_approver(assume_yes=assume_yes)
-    agent = KoboiAgent(config, host=host.get_host(), approver=approver)
+    agent = KoboiAgent(config, host=host.get_host(), approver=approver, cache_mode=cache_mode)
     printer = None if as_json else EventPrinter(sys.stdout, Style(sys.stdout))
     result = anyio.run(_run_async, agent, message, session_id, resume, printer, prepare)
     if printer is not None and printer.refused_for_approval and approver is None:

@@ -57,7 +57,7 @@ class KoboiGroup(TyperGroup):
             return super().invoke(ctx)
         except (click.ClickException, typer.Exit, typer.Abort, BrokenPipeError):
             raise  # usage errors, exits and closed pipes: typer handles those
-        except Exception as exc:
+        except Exception as exc:  # the CLI's error boundary: one line, or a traceback with --debug
             debug = bool(ctx.meta.get(errors.DEBUG_KEY)) or errors.debug_from_env()
             raise typer.Exit(errors.report(exc, debug=debug)) from exc
 
@@ -123,7 +123,29 @@ class KoboiGroup(TyperGroup):
             entry = self.plugin_commands().get(name)
             if entry is not None:
                 return name, load_plugin_command(entry), args[1:]
+            if not name.startswith("-"):
+                distribution = command_hint(name)
+                if distribution is not None:
+                    ctx.fail(
+                        f"No such command {name!r}: it comes with {distribution} "
+                        f"(install {distribution}, or check that its plugin is not disabled)."
+                    )
         return super().resolve_command(ctx, args)
+
+
+def command_hint(name: str) -> str | None:
+    """The distribution a ``command`` hint names for ``name``, or None.
+
+    Asked only on the way to a "No such command" error, so the catalog (which
+    ``koboi --help`` never collects) is collected only then; whatever goes wrong
+    collecting it leaves the plain error.
+    """
+    try:
+        from koboi_cli import host
+
+        return host.get_host(tolerant=True).catalog().hints.distribution("command", name)
+    except Exception:  # a hint is a courtesy: click's own error is shown instead
+        return None
 
 
 def load_plugin_command(entry: Registration[str]) -> click.Command:
@@ -134,7 +156,7 @@ def load_plugin_command(entry: Registration[str]) -> click.Command:
         for part in attribute.split("."):
             target = getattr(target, part)
         command = as_command(entry.name, target)
-    except Exception as exc:
+    except Exception as exc:  # a broken plugin command must not break the others
         text = " ".join(str(exc).split())
         raise errors.CliError(
             f"command {entry.name!r} of plugin {entry.plugin!r} could not be loaded from "

@@ -1,8 +1,9 @@
-"""Where the CLI gets its plugin host. Tests replace :func:`get_host`.
+"""Where the CLI gets its plugin host.
 
-Every command asks for the host through ``koboi_cli.host.get_host()`` at call
-time (never ``from koboi_cli.host import get_host``), so that monkeypatching
-this one function injects a host everywhere.
+The host is the kernel's: :func:`koboi.plugins.default_host`. A test or an
+application that wants the CLI to use a host of its own makes it the default
+with :func:`koboi.plugins.use_host` — every command, and every agent a command
+builds, then uses it.
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ def get_host(*, tolerant: bool = False) -> PluginHost:
         Otherwise the process-wide default host is used, strict or not as the
         environment says.
     """
-    from koboi.plugins import PluginHost, default_host, strict_from_env
+    from koboi.plugins import PluginHost, default_host, injected_host, strict_from_env
 
+    chosen = injected_host()
+    if chosen is not None:
+        return chosen
     if tolerant and strict_from_env():
         host = PluginHost(strict=False)
         host.load()

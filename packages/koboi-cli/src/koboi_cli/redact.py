@@ -1,7 +1,8 @@
 """Masking secrets before the CLI shows journal events (``koboi show``).
 
-The journal keeps exactly what tools were called with; the CLI never prints
-that verbatim. Two rules, applied together:
+The journal keeps what tools were called with (after the governance redaction);
+the CLI never prints that verbatim. Two rules, applied together, both the
+kernel's one definition of a secret (:mod:`koboi.secrets`):
 
 - by key: in tool arguments, any key that names a secret (``api_key``,
   ``Authorization``, ``password``, ``session_token``...) has its value replaced
@@ -19,74 +20,26 @@ Masking errs on the side of hiding too much.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
+from koboi.secrets import is_secret_name
+from koboi.secrets import mask_secrets as _mask
+
 MASK = "***"
-
-SENSITIVE_KEY = re.compile(
-    r"key|token|secret|password|passwd|authorization|api[-_]?key|cookie|credential",
-    re.IGNORECASE,
-)
-
-# Credentials recognisable by their shape. Order matters: "Bearer <token>" is
-# masked as a whole before the key=value rule looks at "Authorization: ...".
-_SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    # HTTP auth schemes: keep the scheme, hide the credential.
-    (re.compile(r"\b(Bearer|Basic|Token)\s+[A-Za-z0-9._~+/=-]{6,}", re.IGNORECASE), r"\1 " + MASK),
-    # Well-known key formats (OpenAI/Anthropic/Stripe, GitHub, Slack, AWS, Google).
-    (
-        re.compile(
-            r"\b(?:sk|rk|pk)[-_][A-Za-z0-9_-]{8,}"
-            r"|\bgh[pousr]_[A-Za-z0-9]{20,}"
-            r"|\bgithub_pat_[A-Za-z0-9_]{20,}"
-            r"|\bxox[abprs]-[A-Za-z0-9-]{10,}"
-            r"|\bAKIA[0-9A-Z]{16}\b"
-            r"|\bAIza[0-9A-Za-z_-]{30,}"
-        ),
-        MASK,
-    ),
-    # JSON web tokens.
-    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), MASK),
-    # key=value / "key": "value" / Key: value pairs whose key names a secret.
-    (
-        re.compile(
-            r"(?P<key>[A-Za-z0-9_.-]*(?:key|token|secret|password|passwd|authorization"
-            r"|cookie|credential)[A-Za-z0-9_.-]*)"
-            r"(?P<sep>[\"']?\s*[:=]\s*[\"']?)"
-            r"(?P<value>(?!\*\*\*)(?!(?:Bearer|Basic|Token)\s)[^\s\"',;&}]+)",
-            re.IGNORECASE,
-        ),
-        r"\g<key>\g<sep>" + MASK,
-    ),
-    # Credentials in URLs: scheme://user:password@host.
-    (re.compile(r"(?P<pre>[a-z][a-z0-9+.-]*://[^\s:/@]+:)[^\s@/]+(?=@)"), r"\g<pre>" + MASK),
-)
-
-# A long token mixing upper case, lower case and digits (without spaces) is
-# probably a secret; hex digests and uuids (one case only) are left alone.
-_LONG_TOKEN = re.compile(r"(?<![A-Za-z0-9_+/=-])[A-Za-z0-9_+/=-]{32,}(?![A-Za-z0-9_+/=-])")
 
 
 def is_sensitive_key(name: str) -> bool:
-    """True when an argument named ``name`` holds a secret (``api_key``, ``Authorization``...)."""
-    return SENSITIVE_KEY.search(name) is not None
-
-
-def _looks_random(token: str) -> bool:
-    return (
-        any(c.islower() for c in token)
-        and any(c.isupper() for c in token)
-        and any(c.isdigit() for c in token)
-    )
+    """True when an argument named ``name`` holds a secret (``api_key``, ``Authorization``...):
+    the kernel's one rule, :func:`koboi.secrets.is_secret_name`."""
+    return is_secret_name(name)
 
 
 def mask_secrets(text: str) -> str:
-    """``text`` with everything that looks like a credential replaced by ``***``."""
-    for pattern, replacement in _SECRET_PATTERNS:
-        text = pattern.sub(replacement, text)
-    return _LONG_TOKEN.sub(lambda m: MASK if _looks_random(m.group()) else m.group(), text)
+    """``text`` with everything that looks like a credential replaced by ``***``: the
+    kernel's detectors (:func:`koboi.secrets.mask_secrets`), random-looking tokens
+    included, since this is what a person sees."""
+    return _mask(text, suspects=True)
 
 
 def redact_arguments(value: Any) -> Any:
@@ -129,10 +82,15 @@ def mask_strings(value: Any) -> Any:
 def redact_event_data(event_type: str, data: Mapping[str, Any]) -> dict[str, Any]:
     """A journal event's data, safe to show: tool arguments redacted by key and value,
     every other string masked by value."""
+    from koboi import journal as J  # here: importing the CLI stays cheap
+
     redacted: dict[str, Any] = {}
     for key, item in data.items():
-        if key == "arguments" and event_type == "tool_call_started":
+        if key == "arguments" and event_type == J.TOOL_CALL_STARTED:
             redacted[key] = redact_arguments(item)
+        elif key == "call" and event_type == J.RUN_STARTED and isinstance(item, Mapping):
+            # A direct tool call (agent.call_tool): its arguments, as for tool_call_started.
+            redacted[key] = _redact_call(item)
         elif key == "response" and isinstance(item, Mapping):
             redacted[key] = _redact_response(item)
         else:

@@ -1,6 +1,6 @@
 """Opening a session store without running an agent (``koboi sessions``, ``koboi show``).
 
-The store is found by the kernel's one rule, :func:`koboi.config.resolve_store_url`
+The store is found by the kernel's one rule, :func:`koboi.config.resolve_store`
 (docs/config.md, "Finding the store"): the config's ``store.url``, else
 ``KOBOI_STORE``, else the installed durable store's default, else ``memory://``.
 Relative paths are resolved against the config file's directory, or the
@@ -44,13 +44,11 @@ class StoreTarget:
 
 def store_target(config: Path | None) -> StoreTarget:
     """The store of ``config`` (validated), or of the environment when there is none."""
-    from koboi.config import load_config, resolve_store_url
+    from koboi.config import load_config, resolve_store
 
     catalog = host.get_host().catalog()
-    if config is None:
-        return StoreTarget(resolve_store_url(None, catalog), Path.cwd())
-    loaded = load_config(config, catalog)
-    return StoreTarget(resolve_store_url(loaded, catalog), loaded.base_dir)
+    loaded = None if config is None else load_config(config, catalog)
+    return StoreTarget(*resolve_store(loaded, catalog))
 
 
 @asynccontextmanager

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from koboi._version import __version__
 
 if TYPE_CHECKING:
-    from koboi.agent import KoboiAgent
+    from koboi.agent import KoboiAgent, ToolCallResult
     from koboi.approval import (
         AllowAllApprover,
         ApprovalDecision,
@@ -28,17 +28,21 @@ if TYPE_CHECKING:
         FencedOut,
         KoboiError,
         LeaseHeld,
+        MissingCapability,
         PluginError,
         ProviderError,
         SandboxError,
         SessionNotFound,
         StoreError,
+        Suspend,
         ToolArgumentError,
         ToolError,
     )
     from koboi.events import (
         AgentEvent,
+        ChildEvent,
         FinalEvent,
+        PluginEvent,
         RunResult,
         StepEvent,
         TextDeltaEvent,
@@ -46,7 +50,14 @@ if TYPE_CHECKING:
         ToolResultEvent,
     )
     from koboi.hookspecs import hookimpl
-    from koboi.interceptors import Interceptor, PendingToolCall, RunInfo, Verdict
+    from koboi.interceptors import (
+        FinishDecision,
+        Interceptor,
+        PendingToolCall,
+        Refusal,
+        RunInfo,
+        Verdict,
+    )
     from koboi.messages import (
         Message,
         ModelRequest,
@@ -59,21 +70,54 @@ if TYPE_CHECKING:
     )
     from koboi.plugins import PluginHost
     from koboi.provider import ModelProvider
-    from koboi.sandbox import PassthroughSandbox, ProcessResult, Sandbox
+    from koboi.runners import RunHandle, Runner
+    from koboi.sandbox import PassthroughSandbox, ProcessResult, Sandbox, SandboxProcess
+    from koboi.sidecalls import RunModel
     from koboi.store import (
         AuditEntry,
         InMemoryStore,
+        Job,
+        JobQueue,
         JournalEvent,
+        KeyedRecords,
         Lease,
         NewEvent,
+        ResponseCache,
         SessionInfo,
         Store,
+        cache_of,
+        capability,
+        jobs_of,
+        records_of,
     )
     from koboi.tools import FunctionTool, Risk, Tool, ToolContext, ToolResult, tool
+    from koboi.toolsets import Toolset, ToolsetContext
+    from koboi.tracing import TraceContext
 
 # Names are imported on first use, so that `import koboi.plugins` (what the CLI
 # and every plugin.py need) does not build the loop's and config's models.
 _LAZY: dict[str, str] = {
+    "RunModel": "koboi.sidecalls",
+    "SandboxProcess": "koboi.sandbox",
+    "capability": "koboi.store",
+    "records_of": "koboi.store",
+    "jobs_of": "koboi.store",
+    "cache_of": "koboi.store",
+    "ResponseCache": "koboi.store",
+    "JobQueue": "koboi.store",
+    "KeyedRecords": "koboi.store",
+    "ToolsetContext": "koboi.toolsets",
+    "ToolCallResult": "koboi.agent",
+    "TraceContext": "koboi.tracing",
+    "MissingCapability": "koboi.errors",
+    "Suspend": "koboi.errors",
+    "RunHandle": "koboi.runners",
+    "Runner": "koboi.runners",
+    "Toolset": "koboi.toolsets",
+    "FinishDecision": "koboi.interceptors",
+    "Refusal": "koboi.interceptors",
+    "PluginEvent": "koboi.events",
+    "ChildEvent": "koboi.events",
     "AgentConfig": "koboi.config",
     "AgentEvent": "koboi.events",
     "AllowAllApprover": "koboi.approval",
@@ -162,21 +206,26 @@ __all__ = [
     "Approver",
     "AuditEntry",
     "CallbackApprover",
+    "ChildEvent",
     "ConfigError",
     "ConfigProblem",
     "DenyAllApprover",
     "FencedOut",
     "FinalEvent",
+    "FinishDecision",
     "FunctionTool",
     "InMemoryStore",
     "Interceptor",
     "Job",
+    "JobQueue",
     "JournalEvent",
+    "KeyedRecords",
     "KoboiAgent",
     "KoboiError",
     "Lease",
     "LeaseHeld",
     "Message",
+    "MissingCapability",
     "ModelProvider",
     "ModelRequest",
     "ModelResponse",
@@ -184,36 +233,52 @@ __all__ = [
     "PassthroughSandbox",
     "PendingToolCall",
     "PluginError",
+    "PluginEvent",
     "PluginHost",
     "ProcessResult",
     "ProviderError",
+    "Refusal",
+    "ResponseCache",
     "ResponseDone",
     "Risk",
+    "RunHandle",
     "RunInfo",
+    "RunModel",
     "RunResult",
+    "Runner",
     "Sandbox",
     "SandboxError",
+    "SandboxProcess",
     "SessionInfo",
     "SessionNotFound",
     "StepEvent",
     "Store",
     "StoreError",
+    "Suspend",
     "TextDelta",
     "TextDeltaEvent",
     "Tool",
     "ToolArgumentError",
     "ToolCall",
     "ToolCallEvent",
+    "ToolCallResult",
     "ToolContext",
     "ToolError",
     "ToolResult",
     "ToolResultEvent",
     "ToolSpec",
+    "Toolset",
+    "ToolsetContext",
+    "TraceContext",
     "Usage",
     "Verdict",
     "__version__",
+    "cache_of",
+    "capability",
     "hookimpl",
+    "jobs_of",
     "load_config",
+    "records_of",
     "tool",
     "validate_config",
 ]

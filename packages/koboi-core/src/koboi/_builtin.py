@@ -1,4 +1,4 @@
-"""The kernel's built-in plugin: the in-memory store and the passthrough sandbox.
+"""The kernel's built-in plugin: the in-memory store, the passthrough sandbox, the loop runner.
 
 Like any plugin.py it imports nothing at module level beyond the hook marker.
 
@@ -8,14 +8,19 @@ registries and duplicates are reported the same way.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from koboi.hookspecs import hookimpl
 
+if TYPE_CHECKING:
+    from koboi.hookspecs import RegisterRunner, RegisterSandbox, RegisterStore
+    from koboi.runners import Runner
+    from koboi.sandbox import Sandbox
+    from koboi.store import Store
 
-def _passthrough(options: Any, config: Any) -> Any:
+
+def _passthrough(options: Any, config: Any) -> Sandbox:
     from koboi.sandbox import PassthroughSandbox
 
     workdir = None
@@ -26,14 +31,20 @@ def _passthrough(options: Any, config: Any) -> Any:
     return PassthroughSandbox(workdir=workdir)
 
 
-def _memory(url: str, base_dir: Path) -> Any:
+def _memory(url: str, base_dir: Path) -> Store:
     from koboi.store import InMemoryStore
 
     return InMemoryStore()
 
 
+def _loop(options: Any, config: Any) -> Runner:
+    from koboi.runners import LoopRunner
+
+    return LoopRunner()
+
+
 @hookimpl
-def koboi_register_sandboxes(register: Callable[..., None]) -> None:
+def koboi_register_sandboxes(register: RegisterSandbox) -> None:
     from koboi.sandbox import PassthroughOptions
 
     register(
@@ -45,5 +56,12 @@ def koboi_register_sandboxes(register: Callable[..., None]) -> None:
 
 
 @hookimpl
-def koboi_register_stores(register: Callable[..., None]) -> None:
+def koboi_register_stores(register: RegisterStore) -> None:
     register("memory", _memory, description="In-process store, lost at exit (tests, one-off runs).")
+
+
+@hookimpl
+def koboi_register_runners(register: RegisterRunner) -> None:
+    register(
+        "loop", _loop, description="The kernel's loop: model call, tool calls, results, again."
+    )

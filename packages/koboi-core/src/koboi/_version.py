@@ -1,3 +1,3 @@
-from __future__ import annotations
+"""The version of koboi-core: written here and nowhere else (hatchling reads it)."""
 
 __version__ = "0.1.0"

@@ -44,10 +44,22 @@ class ApprovalRequest:
     approval_id: str = ""
     #: When the request lapses (epoch seconds); no decision by then is a "no".
     expires_at: float | None = None
+    #: The arguments as they may be shown to a person: secrets masked by the run's
+    #: redaction (``arguments`` is what will run, and what the hash binds).
+    shown_arguments: Mapping[str, Any] | None = None
+    #: Who the session belongs to (a server principal); None when nobody in particular.
+    owner: str | None = None
 
     def __post_init__(self) -> None:
         if not self.arguments_hash:
             object.__setattr__(self, "arguments_hash", arguments_hash(self.arguments))
+        if self.shown_arguments is None:
+            object.__setattr__(self, "shown_arguments", self.arguments)
+
+    @property
+    def display_arguments(self) -> Mapping[str, Any]:
+        """What to show of the arguments (masked); the raw ones only on explicit request."""
+        return self.shown_arguments if self.shown_arguments is not None else self.arguments
 
 
 @dataclass(frozen=True)

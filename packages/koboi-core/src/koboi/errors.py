@@ -122,6 +122,11 @@ class FencedOut(StoreError):
     """This process's lease on a session was taken over; it must not write any more."""
 
 
+class MissingCapability(StoreError):
+    """A feature needs an optional store capability (keyed records, a job queue, a
+    response cache) that the configured store does not have."""
+
+
 class JobNotFound(StoreError):
     """No job with that id exists in the store."""
 
@@ -136,6 +141,29 @@ class SandboxError(KoboiError):
 
 class BudgetExceeded(KoboiError):
     """A run stopped because a configured budget was used up."""
+
+
+class Suspend(Exception):
+    """Raised by a tool (``ctx.suspend(...)``) to end the run *suspended*: it waits for input.
+
+    The generic pause: waiting for a human, a peer agent, an MCP elicitation. The
+    tool must raise it before it has done anything it would not do again: when the
+    run is continued (``agent.resume(session_id, reply=...)``, or the next message of
+    the session), the same call runs again with the reply in ``ctx.reply``.
+
+    :param reason: what the run waits for, in words for a person.
+    :param kind: a short word for what kind of input (``input``, ``approval``,
+        ``elicitation``, ``peer``...).
+    :param data: JSON-safe details for whoever answers (a form schema, a question).
+    """
+
+    def __init__(
+        self, reason: str, *, kind: str = "input", data: dict[str, object] | None = None
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.kind = kind
+        self.data = dict(data or {})
 
 
 def describe_error(exc: BaseException) -> str:

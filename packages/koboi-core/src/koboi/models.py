@@ -11,6 +11,9 @@ provider plugins, the kernel composes three general behaviours:
 - :class:`CachedProvider` keeps answers in the store, keyed by a canonical
   hash of the request (``cache.mode``: live, record, replay, cache).
 
+A ``context_window`` in a provider's section wraps it in :class:`StatedWindow`,
+which states that window whatever the provider says.
+
 Built as member -> priced -> pool -> cache: a cached answer keeps the cost it
 had when it was recorded, and the cache key does not depend on which member
 of a pool answered.
@@ -20,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -40,7 +42,7 @@ from koboi.provider import ModelProvider, report
 if TYPE_CHECKING:
     from koboi.config import AgentConfig, Pricing, ProviderSection
     from koboi.plugins import Catalog
-    from koboi.store import Store
+    from koboi.store import ResponseCache, Store
 
 CacheMode = Literal["live", "record", "replay", "cache"]
 CACHE_MODES: tuple[CacheMode, ...] = ("live", "record", "replay", "cache")
@@ -74,6 +76,9 @@ class _Wrapper(ModelProvider):
     async def aclose(self) -> None:
         await self.inner.aclose()
 
+    def context_window(self) -> int | None:
+        return self.inner.context_window()
+
     def cache_identity(self) -> dict[str, Any]:
         return self.inner.cache_identity()
 
@@ -96,6 +101,24 @@ class PricedProvider(_Wrapper):
             if isinstance(event, ResponseDone):
                 event = ResponseDone(response=self._priced(event.response))
             yield event
+
+
+class StatedWindow(_Wrapper):
+    """A provider whose context window the config states (``context_window`` of its
+    section), whatever the provider itself says."""
+
+    def __init__(self, inner: ModelProvider, tokens: int) -> None:
+        super().__init__(inner)
+        self.tokens = tokens
+
+    def context_window(self) -> int | None:
+        return self.tokens
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        return await self.inner.complete(request)
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
+        return self.inner.stream(request)
 
 
 # -- failover -------------------------------------------------------------------
@@ -145,12 +168,17 @@ class ProviderPool(ModelProvider):
     def cache_identity(self) -> dict[str, Any]:
         return {"pool": [p.cache_identity() for _, p in self.members]}
 
+    def context_window(self) -> int | None:
+        # Any member may answer a call: the request must fit the smallest window known.
+        known = [w for _, p in self.members if (w := p.context_window()) is not None]
+        return min(known) if known else None
+
     async def aclose(self) -> None:
         errors: list[BaseException] = []
         for _, provider in self.members:
             try:
                 await provider.aclose()
-            except Exception as exc:
+            except Exception as exc:  # close every member; report the first failure after
                 errors.append(exc)
         if errors:
             raise errors[0]
@@ -222,7 +250,7 @@ class ProviderPool(ModelProvider):
         for index, (name, provider) in enumerate(candidates):
             try:
                 response = await provider.complete(request)
-            except Exception as exc:
+            except Exception as exc:  # any member failure is a failover, journaled
                 self._failed(name, exc)
                 errors.append((name, exc))
                 following = candidates[index + 1][0] if index + 1 < len(candidates) else None
@@ -246,7 +274,7 @@ class ProviderPool(ModelProvider):
                         self._succeeded(name)
                         return
                 raise ProviderError(f"{name}: the stream ended without a response")
-            except Exception as exc:
+            except Exception as exc:  # as for complete(), unless text already reached the caller
                 self._failed(name, exc)
                 if emitted or (isinstance(exc, ProviderError) and exc.emitted):
                     raise
@@ -301,7 +329,7 @@ class CachedProvider(_Wrapper):
     request; ``cache`` serves what it has and records what it lacks.
     """
 
-    def __init__(self, inner: ModelProvider, store: Store, mode: CacheMode) -> None:
+    def __init__(self, inner: ModelProvider, store: ResponseCache, mode: CacheMode) -> None:
         super().__init__(inner)
         if mode == "live":
             raise KoboiError("CachedProvider needs a cache mode other than 'live'")
@@ -373,19 +401,19 @@ class CachedProvider(_Wrapper):
 # -- assembly ---------------------------------------------------------------------
 
 
-def cache_mode(config: AgentConfig) -> CacheMode:
-    """``KOBOI_CACHE_MODE`` when set, else ``cache.mode`` of the config."""
-    override = os.environ.get("KOBOI_CACHE_MODE", "").strip().lower()
-    if not override:
-        return config.cache.mode
+def cache_mode(config: AgentConfig, override: str | None = None) -> CacheMode:
+    """The response cache mode: ``override`` when given (a caller's explicit choice,
+    ``koboi run --cache-mode``), else what the config was validated with
+    (``KOBOI_CACHE_MODE`` when set, else ``cache.mode``)."""
+    chosen = (override or config.cache_mode or config.cache.mode).strip().lower()
     for mode in CACHE_MODES:
-        if override == mode:
+        if chosen == mode:
             return mode
     raise ConfigError(
         [
             ConfigProblem(
-                "KOBOI_CACHE_MODE",
-                f"'{override}' is not a cache mode",
+                "cache.mode",
+                f"'{chosen}' is not a cache mode",
                 f"use one of {', '.join(CACHE_MODES)}",
             )
         ]
@@ -406,6 +434,8 @@ def _plugin_provider(
     provider: ModelProvider = made
     if section.pricing is not None:
         provider = PricedProvider(provider, section.pricing)
+    if section.context_window is not None:
+        provider = StatedWindow(provider, section.context_window)
     return provider
 
 
@@ -415,18 +445,22 @@ def build_model(
     store: Store | None,
     *,
     provider: ModelProvider | None = None,
+    mode: str | None = None,
 ) -> ModelProvider:
     """The provider the loop calls for ``config``: plugin(s), prices, pool and cache.
 
     ``provider``, when given (``KoboiAgent(provider=...)``), replaces the
     configured plugin or pool; the config's prices and cache mode still apply.
-    ``store`` holds the response cache; it must be open before the first call.
+    ``mode`` overrides the config's cache mode. ``store`` holds the response cache
+    (a store with the response-cache capability); it must be open before the first call.
     """
     section = config.llm
     label = config.llm_name or "llm"
     if provider is not None:
         if section.pricing is not None:
             provider = PricedProvider(provider, section.pricing)
+        if section.context_window is not None:
+            provider = StatedWindow(provider, section.context_window)
     elif section.pool is not None:
         members = [
             (
@@ -446,11 +480,16 @@ def build_model(
             failure_threshold=section.failure_threshold,
             cooldown_seconds=section.cooldown_seconds,
         )
+        if section.context_window is not None:
+            provider = StatedWindow(provider, section.context_window)
     else:
         provider = _plugin_provider(catalog, section, config.llm_options, label)
-    mode = cache_mode(config)
-    if mode != "live":
+    chosen = cache_mode(config, mode)
+    if chosen != "live":
         if store is None:
-            raise KoboiError(f"cache.mode {mode} needs a store to keep answers in")
-        provider = CachedProvider(provider, store, mode)
+            raise KoboiError(f"cache.mode {chosen} needs a store to keep answers in")
+        from koboi.store import cache_of
+
+        cache = cache_of(store, f"the response cache (cache.mode: {chosen})")
+        provider = CachedProvider(provider, cache, chosen)
     return provider

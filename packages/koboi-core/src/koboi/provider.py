@@ -45,6 +45,16 @@ class ModelProvider(ABC):
     async def aclose(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Release connections. Called once when the agent closes."""
 
+    def context_window(self) -> int | None:
+        """How many tokens this model's context window holds (prompt and answer
+        together), or None when the provider does not know.
+
+        Providers state it for the models they know; a config overrides it with the
+        kernel-owned key ``context_window`` of the provider's section (``llm`` or a
+        ``providers`` entry). Context strategies budget the request with it.
+        """
+        return None
+
     def cache_identity(self) -> dict[str, Any]:
         """What, besides the request, decides this provider's answer (JSON-safe).
 

@@ -55,6 +55,11 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return sorted(self._entries)
 
+    def drop_plugin(self, plugin: str) -> None:
+        """Forget every entry of ``plugin`` (a plugin that failed after registering)."""
+        for name in [n for n, e in self._entries.items() if e.plugin == plugin]:
+            del self._entries[name]
+
     def by_plugin(self, plugin: str) -> list[Registration[T]]:
         return [e for e in self._entries.values() if e.plugin == plugin]
 

@@ -15,11 +15,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 from pydantic import BaseModel, ConfigDict, Field
+
+from koboi.errors import SandboxError
 
 if TYPE_CHECKING:
     from koboi.tools import Tool, ToolContext, ToolResult
@@ -84,6 +87,27 @@ class Sandbox(ABC):
         session its own working directory confines the command to that one.
         """
 
+    def open_process(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        stderr: Literal["pipe", "stdout", "discard"] = "pipe",
+        session_id: str | None = None,
+    ) -> SandboxProcess:
+        """Start a long-lived process under the same confinement as :meth:`run_process`.
+
+        Returns a :class:`SandboxProcess` to use as ``async with``: its ``stdin``,
+        ``stdout`` (and ``stderr`` with ``stderr="pipe"``) are async byte streams; on
+        close the process is killed with its whole tree (its process group, and under
+        a PID namespace everything in it). What a server speaking over stdio (an MCP
+        server, a language server) runs in. ``SandboxContract`` tests it.
+
+        A backend that cannot confine such a process raises :class:`SandboxError`.
+        """
+        raise SandboxError(f"the {self.name!r} sandbox cannot start long-lived processes")
+
     def workdir_for(self, session_id: str) -> Path | None:
         """The working directory of ``session_id``'s tools (None: the process's own).
 
@@ -101,6 +125,14 @@ class Sandbox(ABC):
         in an isolated sandbox.
         """
         return True
+
+    @property
+    def isolates_sessions(self) -> bool:
+        """True when no session's tools can reach another session's files, processes
+        or koboi's own state (its config, secrets, store). A server serving several
+        principals refuses to start on a sandbox that does not (unless the operator
+        says so). False unless a backend proves it."""
+        return False
 
     def describe(self) -> dict[str, Any]:
         """What this sandbox enforces, for ``koboi sandbox check`` and the journal."""
@@ -140,14 +172,174 @@ class PassthroughSandbox(Sandbox):
         return await run_capped_process(
             argv,
             cwd=cwd or self.workdir,
-            env=env,
+            env=dict(env) if env is not None else inherited_environment(),
             timeout=timeout,
             input=input,
             max_output=max_output,
         )
 
+    def open_process(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        stderr: Literal["pipe", "stdout", "discard"] = "pipe",
+        session_id: str | None = None,
+    ) -> SandboxProcess:
+        if not argv:
+            raise ValueError("argv must not be empty")
+        command, directory = list(argv), cwd or self.workdir
+        environment = dict(env) if env is not None else inherited_environment()
+
+        async def start() -> Process:
+            return await open_in_new_session(command, cwd=directory, env=environment, stderr=stderr)
+
+        return SandboxProcess(start, label=command[0])
+
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, "isolation": "none"}
+
+
+def inherited_environment() -> dict[str, str]:
+    """koboi's own environment without the variables named like credentials
+    (:func:`koboi.secrets.is_secret_name`): what a process started with ``env=None``
+    gets from a sandbox that does not build one. Pass an explicit ``env`` to give a
+    process a credential it needs."""
+    from koboi.secrets import is_secret_name
+
+    return {name: value for name, value in os.environ.items() if not is_secret_name(name)}
+
+
+_STDERR = {"pipe": subprocess.PIPE, "stdout": subprocess.STDOUT, "discard": subprocess.DEVNULL}
+
+
+async def open_in_new_session(
+    argv: list[str],
+    *,
+    cwd: str | os.PathLike[str] | None,
+    env: dict[str, str] | None,
+    stderr: Literal["pipe", "stdout", "discard"] = "pipe",
+    spawn: Callable[..., Awaitable[Process]] | None = None,
+) -> Process:
+    """Start ``argv`` with piped stdin/stdout in a session (and process group) of its own.
+
+    ``spawn`` (a sandbox's confined starter, with the signature of
+    :func:`anyio.open_process` keywords ``cwd``, ``env``, ``stdin``, ``stderr``)
+    replaces how it is started.
+    """
+    if spawn is not None:
+        return await spawn(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stderr=_STDERR[stderr])
+    return await anyio.open_process(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=_STDERR[stderr],
+        start_new_session=True,
+    )
+
+
+class SandboxProcess:
+    """A long-lived process started by :meth:`Sandbox.open_process`.
+
+    Use it as ``async with``; on exit (or :meth:`aclose`) the process group is killed
+    and the process reaped, even when the closing task is being cancelled.
+    """
+
+    def __init__(
+        self,
+        start: Callable[[], Awaitable[Process]],
+        *,
+        label: str = "process",
+        on_close: Sequence[Callable[[], None]] = (),
+    ) -> None:
+        self._start = start
+        self._process: Process | None = None
+        self._on_close = list(on_close)
+        self.label = label
+
+    async def __aenter__(self) -> SandboxProcess:
+        try:
+            with anyio.CancelScope(shield=True):
+                # A cancellation landing while the process starts would leave it unkilled.
+                self._process = await self._start()
+        except BaseException:  # nothing started: still release what the sandbox holds
+            self._release()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    @property
+    def process(self) -> Process:
+        if self._process is None:
+            raise SandboxError(f"{self.label}: the process is not started (use 'async with')")
+        return self._process
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
+    @property
+    def stdin(self) -> ByteSendStream:
+        stream = self.process.stdin
+        if stream is None:  # pragma: no cover - always piped
+            raise SandboxError(f"{self.label}: stdin is not a pipe")
+        return stream
+
+    @property
+    def stdout(self) -> ByteReceiveStream:
+        stream = self.process.stdout
+        if stream is None:  # pragma: no cover - always piped
+            raise SandboxError(f"{self.label}: stdout is not a pipe")
+        return stream
+
+    @property
+    def stderr(self) -> ByteReceiveStream | None:
+        """The process's stderr, when it was opened with ``stderr="pipe"``."""
+        return self.process.stderr
+
+    async def wait(self) -> int:
+        """Wait for the process to exit; its exit code (negative: killed by a signal)."""
+        return await self.process.wait()
+
+    def kill(self) -> None:
+        """Kill the process and its process group now (no wait)."""
+        if self._process is not None:
+            _kill_group(self._process)
+
+    async def aclose(self) -> None:
+        """Kill the whole group, reap the process, release what the sandbox held for it
+        (also for a process that never started). Closing twice is harmless."""
+        process, self._process = self._process, None
+        try:
+            if process is not None:
+                with anyio.CancelScope(shield=True):
+                    _kill_group(process)
+                    with contextlib.suppress(Exception):  # already reaped, pipes closed
+                        await process.wait()
+                    with contextlib.suppress(Exception):  # closing: the process is gone anyway
+                        await process.aclose()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        releases, self._on_close = self._on_close, []
+        for release in releases:
+            with contextlib.suppress(Exception):  # closing a descriptor twice is harmless
+                release()
 
 
 #: Starts a process: ``spawn(argv, cwd=..., env=..., stdin=...)``. It must put the

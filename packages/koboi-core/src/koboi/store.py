@@ -1,24 +1,26 @@
-"""The ``Store`` contract: the per-session journal of events and the sessions list.
+"""The store contracts: the per-session journal, and what a store may add to it.
 
 The journal is the truth of a run (see docs/architecture.md): an append-only,
 ordered log per session. Each event gets the next sequence number of its
-session, starting at 1, with no gaps. The in-memory store here is for tests
-and throwaway runs; durable stores come from plugins.
+session, starting at 1, with no gaps. :class:`Store` is the one contract every
+store implements: sessions, their journals, the audit trail written with them,
+and the leases (with fencing) that let one process at a time run a session.
+That is all ``koboi run`` needs.
 
-Beside the journal a store keeps:
+A store may offer more, each an optional capability with a contract (and a
+suite in koboi-testing) of its own:
 
-- the **audit trail**: append-only records of governed actions, written in the
-  same transaction as the journal events they go with (``append(audit=...)``),
-  read with :meth:`Store.read_audit`; no method changes or deletes them;
-- **keyed records** (``record_*``): small JSON documents by kind and key, with
-  an optional expiry, for state that must outlive a process (trust rules,
-  stored workflows, ...);
-- **counters** (:meth:`Store.counter_add`): atomic, expiring integer counters
-  (rate limits that survive a restart);
-- **jobs**: runs queued for any process sharing the store to claim with a
-  fenced, expiring lease (:meth:`Store.claim_job`), created together with their
-  idempotency key in one transaction;
-- the provider **response cache**.
+- :class:`KeyedRecords`: small JSON documents by kind and key, with an optional
+  expiry, and atomic expiring counters: state that must outlive a process (trust
+  rules, rate limits, API keys, idempotency keys, stored workflows...);
+- :class:`JobQueue`: runs queued for any process sharing the store to claim with a
+  fenced, expiring lease, created together with their idempotency key;
+- :class:`ResponseCache`: model answers kept by request hash.
+
+A feature that needs a capability asks for it with :func:`capability` when it is
+assembled, so a store without it is refused in one line that names the feature,
+the store and the missing capability, before anything runs. The in-memory store
+here (tests, throwaway runs) has every capability; durable stores come from plugins.
 """
 
 from __future__ import annotations
@@ -39,11 +41,14 @@ from koboi.errors import (
     IdempotencyConflict,
     JobNotFound,
     LeaseHeld,
+    MissingCapability,
     SessionNotFound,
     StoreError,
 )
 
-SessionStatus = Literal["created", "running", "completed", "failed", "interrupted", "cancelled"]
+SessionStatus = Literal[
+    "created", "running", "completed", "failed", "interrupted", "cancelled", "suspended"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +70,38 @@ class JournalEvent:
     at: float
 
 
+@dataclass(frozen=True, slots=True)
+class SessionTotals:
+    """What a session's runs used, summed from its journal as it is written.
+
+    ``runs`` counts ``run_started`` events, ``model_calls`` the model calls that
+    answered (``model_call_finished``); the tokens and ``cost_usd`` add the usage
+    of those calls and of the side calls (``side_call_finished``), each call once.
+    :func:`koboi.journal.totals_of` computes them from events; a store that keeps
+    them adds the totals of every batch it appends, so listing sessions with their
+    cost reads no journal.
+    """
+
+    runs: int = 0
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def __add__(self, other: SessionTotals) -> SessionTotals:
+        return SessionTotals(
+            self.runs + other.runs,
+            self.model_calls + other.model_calls,
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cost_usd + other.cost_usd,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
 @dataclass(frozen=True)
 class SessionInfo:
     """Metadata of one session."""
@@ -79,6 +116,10 @@ class SessionInfo:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     #: Sequence number of the session's last event (0 when it has none).
     last_seq: int = 0
+    #: What the session's runs used (:class:`SessionTotals`), when the store keeps it;
+    #: None when it does not (a store without the summary, or a session written before
+    #: the store kept it): then :func:`koboi.journal.totals_of` over its journal says.
+    totals: SessionTotals | None = None
 
 
 @dataclass(frozen=True)
@@ -110,7 +151,9 @@ class AuditEntry:
     data: Mapping[str, Any]
 
 
-JobStatus = Literal["queued", "running", "awaiting_approval", "completed", "failed", "cancelled"]
+JobStatus = Literal[
+    "queued", "running", "awaiting_approval", "waiting_input", "completed", "failed", "cancelled"
+]
 
 #: A record to put with another write: ``(kind, key, data)`` (see :meth:`Store.update_job`).
 RecordWrite = tuple[str, str, Mapping[str, Any]]
@@ -182,6 +225,17 @@ def holder_is_dead(holder: str) -> bool:
     return False
 
 
+async def take_lease(store: Store, session_id: str, holder: str, ttl: float) -> Lease:
+    """``store.acquire_lease``, taking over at once a lease a dead process of this host
+    held (it cannot release it; no need to wait for it to run out)."""
+    try:
+        return await store.acquire_lease(session_id, holder, ttl)
+    except LeaseHeld as held:
+        if not holder_is_dead(held.holder):
+            raise
+        return await store.acquire_lease(session_id, holder, ttl, take_over_from=held.holder)
+
+
 def _expired(expires_at: float | None, now: float) -> bool:
     return expires_at is not None and expires_at <= now
 
@@ -201,11 +255,13 @@ def new_session_id() -> str:
 
 
 class Store(ABC):
-    """Persistence of sessions and their journals.
+    """The journal store: sessions, their journals, the audit trail and leases.
 
     Must be usable as an async context manager (``open`` / ``close``), must keep
     events of one session in append order with contiguous ``seq`` from 1, and
-    must make an appended event visible to every later ``read``.
+    must make an appended event visible to every later ``read``. This is the one
+    contract every store implements; see :class:`KeyedRecords`, :class:`JobQueue`
+    and :class:`ResponseCache` for what a store may add.
     """
 
     name: str = "store"
@@ -307,16 +363,22 @@ class Store(ABC):
         """Ids of sessions that start with ``prefix`` (at most ``limit``)."""
 
     async def resolve_session(self, ref: str) -> SessionInfo:
-        """A session by full id, unique id prefix, or ``last`` (the most recently updated).
+        """A session by full id, unique id prefix, or ``last`` (the most recently updated
+        one that is not a sub-agent's: a child run is its parent's business).
 
         A prefix that matches nothing or several sessions is an error that says
         so; it never creates a session.
         """
         if ref == "last":
-            latest = await self.list_sessions(limit=1)
-            if not latest:
-                raise SessionNotFound("there are no sessions in this store yet")
-            return latest[0]
+            limit = 8
+            while True:
+                latest = await self.list_sessions(limit=limit)
+                for info in latest:
+                    if not info.metadata.get("parent_session"):
+                        return info
+                if len(latest) < limit:
+                    raise SessionNotFound("there are no sessions in this store yet")
+                limit *= 8
         if not ref:
             raise SessionNotFound("empty session id")
         try:
@@ -347,7 +409,14 @@ class Store(ABC):
     ) -> list[AuditEntry]:
         """Audit records with ``id > after`` in the order written; one session's, or all."""
 
-    # -- keyed records ---------------------------------------------------------
+
+class KeyedRecords(ABC):
+    """Capability: keyed JSON records with expiry, and atomic expiring counters.
+
+    For state that must outlive a process and be shared by every process using
+    the store: trust rules, rate-limit counters, API keys, idempotency keys.
+    ``koboi_testing.contracts.KeyedRecordsContract`` is its suite.
+    """
 
     @abstractmethod
     async def record_put(
@@ -387,7 +456,32 @@ class Store(ABC):
         gets True (an idempotency key "in progress", a claim).
         """
 
-    # -- jobs --------------------------------------------------------------------
+    @abstractmethod
+    async def counter_add(self, key: str, amount: int = 1, *, expires_at: float | None) -> int:
+        """Add ``amount`` to a counter atomically and return its new value.
+
+        A counter that does not exist, or whose expiry has passed, starts again
+        from zero and takes ``expires_at``; otherwise its expiry is kept. Two
+        processes adding at once both count.
+        """
+
+    async def purge_expired(self) -> int:
+        """Delete expired records and counters; return how many.
+
+        Expired rows are ignored as soon as they expire, but a store may keep them
+        until this is called (a long-running process calls it now and then). The default, for
+        stores that drop expired rows as they go, deletes nothing.
+        """
+        return 0
+
+
+class JobQueue(ABC):
+    """Capability: durable jobs, claimed by any process sharing the store with a fenced lease.
+
+    A store with a job queue has :class:`KeyedRecords` too (``update_job(records=)``
+    writes records in the job's own transaction).
+    ``koboi_testing.contracts.JobQueueContract`` is its suite.
+    """
 
     @abstractmethod
     async def create_job(
@@ -432,7 +526,8 @@ class Store(ABC):
         The claimed job is ``running`` (a job ``awaiting_approval`` keeps that
         status) with ``holder``, a higher ``fence``, one more attempt and a lease
         of ``ttl`` seconds. A queued job whose cancellation was requested is
-        cancelled instead of claimed. Concurrent claimers never get the same job.
+        cancelled instead of claimed. A job ``waiting_input`` is never claimed: it
+        waits for :meth:`requeue_job`. Concurrent claimers never get the same job.
         None when there is nothing to do.
         """
 
@@ -460,6 +555,17 @@ class Store(ABC):
         """
 
     @abstractmethod
+    async def requeue_job(self, job: Job, *, records: Sequence[RecordWrite] = ()) -> Job:
+        """Put a job that waits for input (``waiting_input``) back in the queue.
+
+        ``job`` is the job as the caller read it: if its ``fence`` or ``holder`` changed
+        since, or it is no longer ``waiting_input``, raise :class:`FencedOut` and write
+        nothing (two replies racing: one wins). The job becomes ``queued`` without a
+        holder or lease, so the next :meth:`claim_job` of any process takes it;
+        ``records`` are put in the same transaction (the reply, an outbox).
+        """
+
+    @abstractmethod
     async def release_job(self, job: Job) -> Job:
         """Give up a job held with ``job.fence`` without finishing it, else :class:`FencedOut`.
 
@@ -468,32 +574,17 @@ class Store(ABC):
         out: what a process that stops on purpose does with jobs it leaves resumable.
         """
 
-    async def purge_expired(self) -> int:
-        """Delete expired records and counters; return how many.
-
-        Expired rows are ignored as soon as they expire, but a store may keep them
-        until this is called (a long-running process calls it now and then). The default, for
-        stores that drop expired rows as they go, deletes nothing.
-        """
-        return 0
-
     @abstractmethod
     async def cancel_job(self, job_id: str) -> Job:
         """Cancel: a queued job at once; a running one is marked ``cancel_requested``
         for its holder to act on; a finished one is left as it is."""
 
-    # -- counters --------------------------------------------------------------
 
-    @abstractmethod
-    async def counter_add(self, key: str, amount: int = 1, *, expires_at: float | None) -> int:
-        """Add ``amount`` to a counter atomically and return its new value.
+class ResponseCache(ABC):
+    """Capability: model answers kept by request hash (``cache.mode`` other than ``live``).
 
-        A counter that does not exist, or whose expiry has passed, starts again
-        from zero and takes ``expires_at``; otherwise its expiry is kept. Two
-        processes adding at once both count.
-        """
-
-    # -- the response cache ----------------------------------------------------
+    ``koboi_testing.contracts.ResponseCacheContract`` is its suite.
+    """
 
     @abstractmethod
     async def cache_get(self, key: str) -> dict[str, Any] | None:
@@ -508,8 +599,70 @@ class Store(ABC):
         """Every key of the response cache, sorted (for export)."""
 
 
-class InMemoryStore(Store):
-    """A store that keeps everything in this process. Lost when the process ends."""
+#: Capabilities by the name errors and ``koboi plugins inspect`` use.
+CAPABILITIES: dict[str, type[Any]] = {
+    "keyed records": KeyedRecords,
+    "job queue": JobQueue,
+    "response cache": ResponseCache,
+}
+
+
+def capabilities_of(store: Store) -> list[str]:
+    """The names of the optional capabilities ``store`` has."""
+    inner = unwrap(store)
+    return [name for name, kind in CAPABILITIES.items() if isinstance(inner, kind)]
+
+
+def unwrap(store: Store) -> Store:
+    """The store a wrapper lends (``store.wrapped``), else ``store`` itself."""
+    seen = 0
+    while seen < 8 and isinstance(getattr(store, "wrapped", None), Store):
+        store = store.wrapped  # type: ignore[attr-defined]
+        seen += 1
+    return store
+
+
+def capability(store: Store, kind: type[Any], feature: str) -> Any:
+    """``store`` as a ``kind`` store, or a one-line :class:`MissingCapability` naming
+    ``feature`` (what needs it), the store and what it lacks.
+
+    Call it where the feature is assembled (an agent opening, a server starting),
+    so a store without the capability is refused before anything runs.
+    """
+    if isinstance(store, kind):
+        return store
+    inner = unwrap(store)
+    if isinstance(inner, kind):
+        return inner
+    name = next((n for n, k in CAPABILITIES.items() if k is kind), kind.__name__)
+    has = ", ".join(capabilities_of(store)) or "only the journal"
+    raise MissingCapability(
+        f"{feature} needs a store with {name}, and the store {store.name!r} has {has}; "
+        "use a store backend that provides it (the built-in memory store has every one)"
+    )
+
+
+def records_of(store: Store, feature: str) -> KeyedRecords:
+    """``store`` as a :class:`KeyedRecords` store, or :class:`MissingCapability` naming ``feature``."""
+    found: KeyedRecords = capability(store, KeyedRecords, feature)
+    return found
+
+
+def jobs_of(store: Store, feature: str) -> JobQueue:
+    """``store`` as a :class:`JobQueue` store, or :class:`MissingCapability` naming ``feature``."""
+    found: JobQueue = capability(store, JobQueue, feature)
+    return found
+
+
+def cache_of(store: Store, feature: str) -> ResponseCache:
+    """``store`` as a :class:`ResponseCache` store, or :class:`MissingCapability`."""
+    found: ResponseCache = capability(store, ResponseCache, feature)
+    return found
+
+
+class InMemoryStore(Store, KeyedRecords, JobQueue, ResponseCache):
+    """A store that keeps everything in this process, with every capability. Lost when
+    the process ends."""
 
     name = "memory"
 
@@ -546,6 +699,7 @@ class InMemoryStore(Store):
             config_hash=config_hash,
             owner=owner,
             metadata=dict(metadata or {}),
+            totals=SessionTotals(),
         )
         self._sessions[sid] = info
         self._events[sid] = []
@@ -609,8 +763,13 @@ class InMemoryStore(Store):
         log.extend(stored)
         self._audit.extend(audited)
         if stored:
+            from koboi.journal import totals_of
+
             info = self._sessions[session_id]
-            self._sessions[session_id] = replace(info, updated_at=now, last_seq=stored[-1].seq)
+            totals = info.totals + totals_of(stored) if info.totals is not None else None
+            self._sessions[session_id] = replace(
+                info, updated_at=now, last_seq=stored[-1].seq, totals=totals
+            )
         return stored
 
     def _check_fence(self, session_id: str, fence: int) -> None:
@@ -846,6 +1005,30 @@ class InMemoryStore(Store):
         )
         self._jobs[job.id] = updated
         return updated
+
+    async def requeue_job(self, job: Job, *, records: Sequence[RecordWrite] = ()) -> Job:
+        current = self._jobs.get(job.id)
+        if current is None:
+            raise JobNotFound(f"no job {job.id!r} in this store")
+        if (
+            current.fence != job.fence
+            or current.holder != job.holder
+            or current.status != "waiting_input"
+        ):
+            raise FencedOut(
+                f"job {job.id!r} changed since it was read (now {current.status}); read it again"
+            )
+        try:
+            copies = [(kind, key, _json_copy(data)) for kind, key, data in records]
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"record data must be JSON: {exc}") from None
+        for kind, key, data in copies:
+            self._records[kind, key] = (data, None)
+        queued = replace(
+            current, status="queued", holder=None, lease_expires_at=None, updated_at=time.time()
+        )
+        self._jobs[job.id] = queued
+        return queued
 
     async def release_job(self, job: Job) -> Job:
         current = self._held(job)

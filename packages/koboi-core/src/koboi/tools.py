@@ -17,17 +17,30 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast, get_type_hints, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Literal,
+    NoReturn,
+    TypeVar,
+    Unpack,
+    cast,
+    get_type_hints,
+    overload,
+)
 
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from koboi.errors import ToolArgumentError, ToolError
+from koboi.errors import Suspend, ToolArgumentError, ToolError
 from koboi.messages import ToolSpec
 
 if TYPE_CHECKING:
     from koboi.events import RunResult
-    from koboi.sandbox import ProcessResult, Sandbox
+    from koboi.interceptors import RunInfo
+    from koboi.sandbox import ProcessResult, Sandbox, SandboxProcess
+    from koboi.sidecalls import RunModel
+    from koboi.subagents import ChildOptions
 
 _NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9_.-]{0,63}$")
 
@@ -66,31 +79,56 @@ class ToolContext:
     state: dict[str, Any] = field(default_factory=dict)
     #: Set by the loop: runs a child agent under this run's governance.
     subagent_runner: Callable[..., Awaitable[RunResult]] | None = field(default=None, repr=False)
+    #: The run the call belongs to (None for a tool run outside a loop).
+    run: RunInfo | None = field(default=None, repr=False)
+    #: The reply a suspended run was continued with, when this call suspended it.
+    reply: Any = None
+    #: Set by the loop: streams a plugin event tagged with this call.
+    emitter: Callable[[str, Mapping[str, Any]], None] | None = field(default=None, repr=False)
 
-    async def run_subagent(
-        self,
-        message: str,
-        *,
-        tools: Sequence[str] | None = None,
-        system_prompt: str | None = None,
-        name: str | None = None,
-    ) -> RunResult:
+    def record(self, event_type: str, data: Mapping[str, Any]) -> int:
+        """Journal a plugin event ``"<plugin id>.<name>"`` (see :meth:`RunInfo.record`)."""
+        if self.run is None:
+            raise ToolError("plugin events need a run (the tool runs outside a loop)")
+        return self.run.record(event_type, data)
+
+    def emit(self, event_type: str, data: Mapping[str, Any]) -> None:
+        """Stream progress (a plugin event, not journaled) tagged with this call; the
+        tool should set ``live_events = True`` so it reaches the stream as it happens."""
+        if self.emitter is not None:
+            self.emitter(event_type, data)
+
+    @property
+    def model(self) -> RunModel:
+        """The run's model for side calls (see :class:`koboi.sidecalls.RunModel`)."""
+        if self.run is None:
+            raise ToolError("side model calls need a run (the tool runs outside a loop)")
+        return self.run.model
+
+    def suspend(
+        self, reason: str, *, kind: str = "input", data: Mapping[str, Any] | None = None
+    ) -> NoReturn:
+        """End the run *suspended* until someone answers (see :class:`koboi.errors.Suspend`).
+
+        Call it before doing anything the call would not do again: the call runs again,
+        with the answer in :attr:`reply`, when the run is continued.
+        """
+        raise Suspend(reason, kind=kind, data=dict(data or {}))
+
+    async def run_subagent(self, message: str, **options: Unpack[ChildOptions]) -> RunResult:
         """Run a child agent to completion and return its result.
 
         The child inherits this run's whole pipeline — mode, approver, interceptors
         (policy, guardrails, trust, rate limits), sandbox, store and journal — and
         may only use a subset of this run's tools (``tools``, default all). It runs
-        in a session of its own whose metadata names the parent session.
+        in a session of its own whose metadata names the parent session, and its
+        usage counts against this run's budgets. The other ``options``
+        (:class:`koboi.subagents.ChildOptions`: ``session_id``, ``model``, ``mode``, the
+        limits) are as for :meth:`koboi.runners.RunHandle.child`.
         """
         if self.subagent_runner is None:
             raise ToolError("sub-agents are not available here (the tool runs outside a loop)")
-        return await self.subagent_runner(
-            message,
-            parent_session_id=self.session_id,
-            tools=tools,
-            system_prompt=system_prompt,
-            name=name,
-        )
+        return await self.subagent_runner(message, parent_call_id=self.call_id, **options)
 
     async def run_process(
         self,
@@ -114,6 +152,25 @@ class ToolContext:
             timeout=timeout,
             input=input,
             max_output=max_output,
+            session_id=self.session_id,
+        )
+
+    def open_process(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        stderr: Literal["pipe", "stdout", "discard"] = "pipe",
+    ) -> SandboxProcess:
+        """Start a long-lived process through this call's sandbox, as this session
+        (``async with ctx.open_process([...]) as process: ...``); see
+        :meth:`koboi.Sandbox.open_process`."""
+        return self.sandbox.open_process(
+            argv,
+            cwd=cwd if cwd is not None else self.workdir,
+            env=env,
+            stderr=stderr,
             session_id=self.session_id,
         )
 
@@ -163,6 +220,14 @@ class Tool(ABC):
     idempotent: bool = False
     #: Only records the agent's own plan or notes (a todo list...): allowed in plan mode.
     planning: bool = False
+    #: Its calls report progress or run sub-agents (``ctx.emit``, ``ctx.run_subagent``):
+    #: the loop runs each call in a task of its own so those events reach the stream as
+    #: they happen (other calls are awaited directly; what they emit follows their result).
+    live_events: bool = False
+    #: For a toolset's tool: the namespace it is offered under (``<namespace>__<name>``)
+    #: instead of its toolset's, for a toolset that gathers several sources (an MCP
+    #: client's servers). None: the toolset's. Ignored for tools outside toolsets.
+    namespace: str | None = None
 
     _spec: ToolSpec | None = None
 

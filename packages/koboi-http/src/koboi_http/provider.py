@@ -10,8 +10,9 @@ A subclass describes its API:
 - :meth:`HTTPProvider.parse_stream` turns the SSE events of a streamed reply
   into text deltas and one final ``ResponseDone``.
 
-The base class owns everything else: one pooled ``httpx.AsyncClient``,
-timeouts, retries with backoff and ``Retry-After``, readable errors with the
+The base class owns everything else: one pooled ``httpx.AsyncClient`` (made
+by :func:`koboi_http.client` with peer ``provider``, so every request runs the
+plugins' request hooks and carries the run's trace context), timeouts, retries with backoff and ``Retry-After``, readable errors with the
 key redacted, and the rule for streams: a stream that fails before anything
 reached the caller is retried from scratch; one that fails after raises a
 ``ProviderError`` with ``emitted=True`` that says how much had been delivered.
@@ -22,7 +23,7 @@ from __future__ import annotations
 import json
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import anyio
 import httpx
@@ -37,7 +38,9 @@ from koboi.messages import (
     loads_json,
 )
 from koboi.provider import ModelProvider, report
+from koboi_http.hooks import PROVIDER
 from koboi_http.options import HTTPProviderOptions
+from koboi_http.outbound import client
 from koboi_http.retry import RetryPolicy, is_retryable_status, retry_after_seconds
 from koboi_http.sse import SSEEvent, aiter_sse
 
@@ -48,6 +51,11 @@ _MAX_ERROR_TEXT = 300
 
 class HTTPProvider(ModelProvider, Generic[O]):
     """Base class of HTTP model providers; see the module docstring."""
+
+    #: Context windows of the models this API serves, by model-name prefix: the
+    #: longest prefix of ``model`` found here is the window :meth:`context_window`
+    #: states (None for a model it does not know; a config sets ``context_window``).
+    context_windows: ClassVar[Mapping[str, int]] = {}
 
     def __init__(self, options: O, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.options = options
@@ -65,7 +73,8 @@ class HTTPProvider(ModelProvider, Generic[O]):
             options.timeout_seconds,
             connect=options.connect_timeout_seconds,
         )
-        self._client = httpx.AsyncClient(
+        self._client = client(
+            peer=PROVIDER,
             base_url=options.base_url.rstrip("/") + "/",
             timeout=timeout,
             transport=transport,
@@ -176,6 +185,10 @@ class HTTPProvider(ModelProvider, Generic[O]):
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+    def context_window(self) -> int | None:
+        known = [prefix for prefix in self.context_windows if self.model.startswith(prefix)]
+        return self.context_windows[max(known, key=len)] if known else None
 
     def cache_identity(self) -> dict[str, Any]:
         # The options sent in every body (temperature, seed...) change the answers;

@@ -240,7 +240,7 @@ class WireServer:
             self._server.close()
             for task in list(self._tasks):
                 task.cancel()
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # shutting down: a task's end is not news
                 loop.run_until_complete(asyncio.gather(*self._tasks, return_exceptions=True))
             for writer in list(self._writers):
                 writer.transport.abort()
@@ -274,7 +274,7 @@ class WireServer:
             return
         finally:
             self._tasks.discard(task)
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # the peer may have gone first: nothing to do
                 writer.close()
                 await writer.wait_closed()
             self._writers.discard(writer)

@@ -23,9 +23,17 @@ from koboi_testing.contracts.provider import (
     Scenario,
     scenario_request,
 )
+from koboi_testing.contracts.runner import RunnerContract
 from koboi_testing.contracts.sandbox import SandboxContract
-from koboi_testing.contracts.store import StoreContract
+from koboi_testing.contracts.store import (
+    JobQueueContract,
+    JournalStoreContract,
+    KeyedRecordsContract,
+    ResponseCacheContract,
+    StoreContract,
+)
 from koboi_testing.contracts.tool import ToolContract
+from koboi_testing.contracts.toolset import ToolsetContract, toolset_context
 
 __all__ = [
     "HELLO_TEXT",
@@ -37,12 +45,19 @@ __all__ = [
     "USAGE_OUTPUT_TOKENS",
     "WEATHER_TOOL",
     "ApproverContract",
+    "JobQueueContract",
+    "JournalStoreContract",
+    "KeyedRecordsContract",
     "ProviderContract",
     "ProviderFactory",
+    "ResponseCacheContract",
+    "RunnerContract",
     "SandboxContract",
     "Scenario",
     "StoreContract",
     "ToolContract",
+    "ToolsetContract",
     "sample_request",
     "scenario_request",
+    "toolset_context",
 ]

@@ -1,4 +1,7 @@
-"""Contract suite for :class:`koboi.store.Store` implementations."""
+"""Contract suites for stores: the journal (:class:`JournalStoreContract`, what every store
+must pass) and one suite per optional capability (:class:`KeyedRecordsContract`,
+:class:`JobQueueContract`, :class:`ResponseCacheContract`); :class:`StoreContract` is
+all of them, for a store with every capability."""
 
 from __future__ import annotations
 
@@ -20,7 +23,17 @@ from koboi.errors import (
     SessionNotFound,
     StoreError,
 )
-from koboi.store import JournalEvent, Lease, NewEvent, SessionInfo, Store
+from koboi.store import (
+    JobQueue,
+    JournalEvent,
+    KeyedRecords,
+    Lease,
+    NewEvent,
+    ResponseCache,
+    SessionInfo,
+    Store,
+    unwrap,
+)
 
 # A pause long enough for any store's clock to tell two writes apart.
 _TICK = 0.02
@@ -68,8 +81,9 @@ def _unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
-class StoreContract:
-    """Behaviour every :class:`~koboi.store.Store` must show.
+class JournalStoreContract:
+    """Behaviour every :class:`~koboi.store.Store` must show: sessions, journals, the audit
+    trail, leases and fencing (the one required contract of a store).
 
     **Required fixture** ``store``: an *opened* store (sync or async fixture;
     ``async with MyStore(...) as s: yield s``). The suite only creates sessions
@@ -403,6 +417,60 @@ class StoreContract:
         assert (await store.set_status(sid, "running")).last_seq == 3
 
     @pytest.mark.anyio
+    async def test_session_totals_follow_appends(self, store: Store) -> None:
+        """A store that keeps session totals keeps them equal to ``totals_of`` its journal
+        (runs, model calls, tokens and cost of model and side calls), after every batch,
+        in ``get_session``, ``list_sessions`` and ``set_status`` alike. A store that does
+        not keep them says None."""
+        from koboi.journal import totals_of
+
+        sid = (await store.create_session(_unique("totals"))).id
+        created = await store.get_session(sid)
+        if created.totals is None:
+            return  # the store does not keep totals: readers fold the journal instead
+        assert created.totals.runs == 0 and created.totals.cost_usd == 0
+        usage = {"input_tokens": 120, "output_tokens": 30, "requests": 1}
+        await store.append(
+            sid,
+            [
+                NewEvent("run_started", {"input": "hi", "agent": "a"}),
+                NewEvent("model_call_started", {"step": 1}),
+            ],
+        )
+        await store.append(
+            sid,
+            [
+                NewEvent(
+                    "model_call_finished",
+                    {"step": 1, "response": {"usage": usage, "cost_usd": 0.25}},
+                ),
+                NewEvent(
+                    "side_call_finished",
+                    {
+                        "step": 1,
+                        "purpose": "summary",
+                        "key": "k",
+                        "response": {"usage": {"input_tokens": 7, "output_tokens": 3}},
+                    },
+                ),
+                NewEvent("run_finished", {"outcome": "completed", "cost_usd": 0.25}),
+            ],
+        )
+        info = await store.get_session(sid)
+        expected = totals_of(await store.read(sid))
+        assert info.totals is not None
+        assert (info.totals.runs, info.totals.model_calls) == (1, 1)
+        assert (info.totals.input_tokens, info.totals.output_tokens) == (127, 33)
+        assert info.totals.cost_usd == pytest.approx(0.25)
+        assert info.totals == expected or (
+            info.totals.cost_usd == pytest.approx(expected.cost_usd)
+            and info.totals.input_tokens == expected.input_tokens
+        )
+        listed = [s for s in await store.list_sessions(limit=10_000) if s.id == sid]
+        assert [s.totals for s in listed] == [info.totals]
+        assert (await store.set_status(sid, "completed")).totals == info.totals
+
+    @pytest.mark.anyio
     async def test_append_moves_updated_at(self, store: Store) -> None:
         created = await store.create_session(_unique("touch"))
         await anyio.sleep(_TICK)
@@ -629,62 +697,6 @@ class StoreContract:
         other = await store.acquire_lease(two, "worker-b", 30)
         assert other.holder == "worker-b"
 
-    # -- the response cache ------------------------------------------------------
-
-    @pytest.mark.anyio
-    async def test_cache_miss_is_none(self, store: Store) -> None:
-        assert await store.cache_get(_unique("absent-key")) is None
-
-    @pytest.mark.anyio
-    async def test_cache_round_trip(self, store: Store) -> None:
-        key = _unique("key")
-        entry = {
-            "response": {"message": {"role": "assistant", "content": "Bonjour ☀️ 日本"}},
-            "provider": {"provider": "openai", "model": "gpt-4o", "options": {"seed": 7}},
-            "created_at": 1700000000.25,
-        }
-        await store.cache_put(key, entry)
-        assert await store.cache_get(key) == entry
-        assert key in await store.cache_keys()
-
-    @pytest.mark.anyio
-    async def test_cache_put_replaces(self, store: Store) -> None:
-        key = _unique("key")
-        await store.cache_put(key, {"response": {"n": 1}})
-        await store.cache_put(key, {"response": {"n": 2}})
-        assert await store.cache_get(key) == {"response": {"n": 2}}
-        assert (await store.cache_keys()).count(key) == 1
-
-    @pytest.mark.anyio
-    async def test_cache_entries_are_copies(self, store: Store) -> None:
-        key = _unique("key")
-        entry: dict[str, Any] = {"response": {"items": [1, 2]}}
-        await store.cache_put(key, entry)
-        entry["response"]["items"].append(3)
-        got = await store.cache_get(key)
-        assert got == {"response": {"items": [1, 2]}}
-        assert got is not None
-        got["response"]["items"].append(4)
-        assert await store.cache_get(key) == {"response": {"items": [1, 2]}}
-
-    @pytest.mark.anyio
-    async def test_concurrent_cache_puts_of_one_key_all_succeed(self, store: Store) -> None:
-        key = _unique("key")
-
-        async def put(n: int) -> None:
-            await store.cache_put(key, {"response": {"n": n}})
-
-        async with anyio.create_task_group() as tg:
-            for n in range(5):
-                tg.start_soon(put, n)
-        got = await store.cache_get(key)
-        assert got is not None and got["response"]["n"] in range(5)
-
-    @pytest.mark.anyio
-    async def test_cache_keys_are_sorted(self, store: Store) -> None:
-        keys = await store.cache_keys()
-        assert keys == sorted(keys)
-
     # -- the audit trail -------------------------------------------------------
 
     @pytest.mark.anyio
@@ -733,10 +745,25 @@ class StoreContract:
             await store.append(ghost, [NewEvent("a")], audit=[{"x": 1}])
         assert await store.read_audit(ghost) == []
 
+
+class KeyedRecordsContract:
+    """Behaviour of the keyed-records capability (:class:`~koboi.store.KeyedRecords`):
+    records with expiry, atomic creation, counters, purging.
+
+    **Required fixture** ``store``: an *opened* store with the capability (see
+    :class:`JournalStoreContract` for sharing a store between tests).
+    """
+
+    @pytest.fixture(autouse=True)
+    def _has_the_capability(self, store: Any) -> None:
+        assert isinstance(unwrap(store), KeyedRecords), (
+            f"{type(store).__name__} does not implement koboi.store.KeyedRecords"
+        )
+
     # -- keyed records ---------------------------------------------------------
 
     @pytest.mark.anyio
-    async def test_record_round_trip_replace_and_delete(self, store: Store) -> None:
+    async def test_record_round_trip_replace_and_delete(self, store: KeyedRecords) -> None:
         kind, key = _unique("kind"), "k1"
         assert await store.record_get(kind, key) is None
         await store.record_put(kind, key, {"a": [1, "ü"], "b": None})
@@ -749,7 +776,7 @@ class StoreContract:
         assert await store.record_get(kind, key) is None
 
     @pytest.mark.anyio
-    async def test_records_expire(self, store: Store) -> None:
+    async def test_records_expire(self, store: KeyedRecords) -> None:
         kind = _unique("expiring")
         await store.record_put(kind, "short", {"v": 1}, expires_at=time.time() + _TTL)
         await store.record_put(kind, "long", {"v": 2}, expires_at=time.time() + 60)
@@ -762,7 +789,9 @@ class StoreContract:
         assert await store.record_delete(kind, "short") is True
 
     @pytest.mark.anyio
-    async def test_record_list_by_prefix_takes_wildcards_literally(self, store: Store) -> None:
+    async def test_record_list_by_prefix_takes_wildcards_literally(
+        self, store: KeyedRecords
+    ) -> None:
         kind = _unique("listing")
         for key in ("a/1", "a/2", "a_x", "a%y", "b/1"):
             await store.record_put(kind, key, {"key": key})
@@ -772,7 +801,7 @@ class StoreContract:
         assert len(await store.record_list(kind)) == 5
 
     @pytest.mark.anyio
-    async def test_record_data_is_a_copy(self, store: Store) -> None:
+    async def test_record_data_is_a_copy(self, store: KeyedRecords) -> None:
         kind = _unique("copy")
         data: dict[str, Any] = {"items": [1]}
         await store.record_put(kind, "k", data)
@@ -786,7 +815,7 @@ class StoreContract:
     # -- counters ----------------------------------------------------------------
 
     @pytest.mark.anyio
-    async def test_counter_adds_and_restarts_after_expiry(self, store: Store) -> None:
+    async def test_counter_adds_and_restarts_after_expiry(self, store: KeyedRecords) -> None:
         key = _unique("counter")
         window = time.time() + _TTL
         assert await store.counter_add(key, expires_at=window) == 1
@@ -799,7 +828,7 @@ class StoreContract:
         assert await store.counter_add(forever, -2, expires_at=None) == 3
 
     @pytest.mark.anyio
-    async def test_concurrent_counter_adds_all_count(self, store: Store) -> None:
+    async def test_concurrent_counter_adds_all_count(self, store: KeyedRecords) -> None:
         key = _unique("race")
 
         async def add() -> None:
@@ -811,7 +840,9 @@ class StoreContract:
         assert await store.counter_add(key, 0, expires_at=None) == 20
 
     @pytest.mark.anyio
-    async def test_record_create_succeeds_once_until_the_record_expires(self, store: Store) -> None:
+    async def test_record_create_succeeds_once_until_the_record_expires(
+        self, store: KeyedRecords
+    ) -> None:
         kind = _unique("claims")
         assert await store.record_create(kind, "k", {"by": "a"}, expires_at=time.time() + _TTL)
         assert not await store.record_create(kind, "k", {"by": "b"})
@@ -821,7 +852,7 @@ class StoreContract:
         assert await store.record_get(kind, "k") == {"by": "c"}
 
     @pytest.mark.anyio
-    async def test_concurrent_record_creates_have_one_winner(self, store: Store) -> None:
+    async def test_concurrent_record_creates_have_one_winner(self, store: KeyedRecords) -> None:
         kind = _unique("race")
         wins: list[int] = []
 
@@ -835,16 +866,50 @@ class StoreContract:
         assert len(wins) == 1
         assert await store.record_get(kind, "k") == {"n": wins[0]}
 
+    @pytest.mark.anyio
+    async def test_purging_drops_expired_records_and_counters_only(
+        self, store: KeyedRecords
+    ) -> None:
+        kind = _unique("purge")
+        key = _unique("counter")
+        await store.record_put(kind, "old", {"n": 1}, expires_at=time.time() - 1)
+        await store.record_put(kind, "live", {"n": 2}, expires_at=time.time() + 60)
+        await store.record_put(kind, "forever", {"n": 3})
+        await store.counter_add(key + "-old", expires_at=time.time() + _TTL)
+        await store.counter_add(key + "-live", expires_at=time.time() + 60)
+        await anyio.sleep(_TTL + 0.1)
+        removed = await store.purge_expired()
+        assert removed >= 2  # at least this test's expired record and counter
+        assert await store.record_list(kind) == [("forever", {"n": 3}), ("live", {"n": 2})]
+        assert await store.counter_add(key + "-live", 0, expires_at=None) == 1
+        # A purged counter starts again from zero, as an expired one does.
+        assert await store.counter_add(key + "-old", 0, expires_at=None) == 0
+
+
+class JobQueueContract:
+    """Behaviour of the job-queue capability (:class:`~koboi.store.JobQueue`): fenced,
+    exclusive claims, idempotency keys, outbox records written with a status.
+
+    **Required fixture** ``store``: an *opened* store with the capability (see
+    :class:`JournalStoreContract` for sharing a store between tests).
+    """
+
+    @pytest.fixture(autouse=True)
+    def _has_the_capability(self, store: Any) -> None:
+        assert isinstance(unwrap(store), JobQueue), (
+            f"{type(store).__name__} does not implement koboi.store.JobQueue"
+        )
+
     # -- jobs ----------------------------------------------------------------------
 
-    async def _drain(self, store: Store) -> None:
+    async def _drain(self, store: JobQueue) -> None:
         """Claim and finish whatever other tests left queued (a shared store)."""
         while (job := await store.claim_job("drainer", 60)) is not None:
             await store.update_job(job, status="failed", result={"drained": True})
 
     @pytest.mark.anyio
     async def test_a_job_is_created_queued_and_found_by_owner_and_status(
-        self, store: Store
+        self, store: JobQueue
     ) -> None:
         owner = _unique("owner")
         job, created = await store.create_job(
@@ -863,7 +928,7 @@ class StoreContract:
             await store.get_job("job_missing")
 
     @pytest.mark.anyio
-    async def test_an_idempotency_key_gives_back_the_same_job(self, store: Store) -> None:
+    async def test_an_idempotency_key_gives_back_the_same_job(self, store: JobQueue) -> None:
         owner = _unique("owner")
         first, created = await store.create_job(
             session_id="s", owner=owner, request={"a": 1}, idempotency_key="k1", request_hash="h1"
@@ -899,7 +964,7 @@ class StoreContract:
         assert created_theirs and theirs.id != first.id
 
     @pytest.mark.anyio
-    async def test_concurrent_requests_with_one_key_create_one_job(self, store: Store) -> None:
+    async def test_concurrent_requests_with_one_key_create_one_job(self, store: JobQueue) -> None:
         owner = _unique("owner")
         made: list[tuple[str, bool]] = []
 
@@ -918,7 +983,7 @@ class StoreContract:
 
     @pytest.mark.anyio
     async def test_claims_are_exclusive_fenced_and_taken_over_after_expiry(
-        self, store: Store
+        self, store: JobQueue
     ) -> None:
         await self._drain(store)
         job, _ = await store.create_job(session_id="s", owner=_unique("o"), request={})
@@ -956,7 +1021,7 @@ class StoreContract:
             await store.update_job(waiting, status="failed")
 
     @pytest.mark.anyio
-    async def test_concurrent_claimers_never_share_a_job(self, store: Store) -> None:
+    async def test_concurrent_claimers_never_share_a_job(self, store: JobQueue) -> None:
         await self._drain(store)
         owner = _unique("o")
         for _ in range(5):
@@ -973,7 +1038,7 @@ class StoreContract:
         assert len(claimed) == len(set(claimed)) == 5
 
     @pytest.mark.anyio
-    async def test_cancelling_a_queued_and_a_running_job(self, store: Store) -> None:
+    async def test_cancelling_a_queued_and_a_running_job(self, store: JobQueue) -> None:
         await self._drain(store)
         owner = _unique("o")
         running, _ = await store.create_job(session_id="s", owner=owner, request={"n": 1})
@@ -993,7 +1058,7 @@ class StoreContract:
 
     @pytest.mark.anyio
     async def test_a_released_job_is_claimed_at_once_and_its_holder_fenced_out(
-        self, store: Store
+        self, store: JobQueue
     ) -> None:
         await self._drain(store)
         job, _ = await store.create_job(session_id="s", owner=_unique("o"), request={})
@@ -1013,8 +1078,9 @@ class StoreContract:
 
     @pytest.mark.anyio
     async def test_records_given_with_a_job_update_are_written_with_it_or_not_at_all(
-        self, store: Store
+        self, store: JobQueue
     ) -> None:
+        assert isinstance(store, KeyedRecords), "a job queue has keyed records too (the outbox)"
         await self._drain(store)
         kind = _unique("outbox")
         job, _ = await store.create_job(session_id="s", owner=_unique("o"), request={})
@@ -1040,18 +1106,105 @@ class StoreContract:
         assert await store.record_list(kind) == [("b1", {"n": 2}), ("b2", {"list": [1, 2]})]
 
     @pytest.mark.anyio
-    async def test_purging_drops_expired_records_and_counters_only(self, store: Store) -> None:
-        kind = _unique("purge")
-        key = _unique("counter")
-        await store.record_put(kind, "old", {"n": 1}, expires_at=time.time() - 1)
-        await store.record_put(kind, "live", {"n": 2}, expires_at=time.time() + 60)
-        await store.record_put(kind, "forever", {"n": 3})
-        await store.counter_add(key + "-old", expires_at=time.time() + _TTL)
-        await store.counter_add(key + "-live", expires_at=time.time() + 60)
-        await anyio.sleep(_TTL + 0.1)
-        removed = await store.purge_expired()
-        assert removed >= 2  # at least this test's expired record and counter
-        assert await store.record_list(kind) == [("forever", {"n": 3}), ("live", {"n": 2})]
-        assert await store.counter_add(key + "-live", 0, expires_at=None) == 1
-        # A purged counter starts again from zero, as an expired one does.
-        assert await store.counter_add(key + "-old", 0, expires_at=None) == 0
+    async def test_a_job_waiting_for_input_is_never_claimed_until_it_is_requeued(
+        self, store: JobQueue
+    ) -> None:
+        assert isinstance(store, KeyedRecords), "a job queue has keyed records too"
+        await self._drain(store)
+        kind = _unique("reply")
+        job, _ = await store.create_job(session_id="s", owner=_unique("o"), request={})
+        held = await store.claim_job("node-a", 60)
+        assert held is not None and held.id == job.id
+        waiting = await store.update_job(held, status="waiting_input")
+        await store.release_job(waiting)
+        await anyio.sleep(0.05)
+        assert await store.claim_job("node-b", 60) is None  # waits for its input
+        read = await store.get_job(job.id)
+        queued = await store.requeue_job(read, records=[(kind, "r", {"reply": "yes"})])
+        assert queued.status == "queued" and queued.holder is None
+        assert await store.record_get(kind, "r") == {"reply": "yes"}
+        # A second reply from the same stale read loses: nothing is written twice.
+        with pytest.raises(FencedOut):
+            await store.requeue_job(read, records=[(kind, "again", {"reply": "no"})])
+        assert await store.record_get(kind, "again") is None
+        again = await store.claim_job("node-b", 60)
+        assert again is not None and again.id == job.id and again.fence > held.fence
+        await store.update_job(again, status="completed", result={})
+
+
+class ResponseCacheContract:
+    """Behaviour of the response-cache capability (:class:`~koboi.store.ResponseCache`).
+
+    **Required fixture** ``store``: an *opened* store with the capability (see
+    :class:`JournalStoreContract` for sharing a store between tests).
+    """
+
+    @pytest.fixture(autouse=True)
+    def _has_the_capability(self, store: Any) -> None:
+        assert isinstance(unwrap(store), ResponseCache), (
+            f"{type(store).__name__} does not implement koboi.store.ResponseCache"
+        )
+
+    # -- the response cache ------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_cache_miss_is_none(self, store: ResponseCache) -> None:
+        assert await store.cache_get(_unique("absent-key")) is None
+
+    @pytest.mark.anyio
+    async def test_cache_round_trip(self, store: ResponseCache) -> None:
+        key = _unique("key")
+        entry = {
+            "response": {"message": {"role": "assistant", "content": "Bonjour ☀️ 日本"}},
+            "provider": {"provider": "openai", "model": "gpt-4o", "options": {"seed": 7}},
+            "created_at": 1700000000.25,
+        }
+        await store.cache_put(key, entry)
+        assert await store.cache_get(key) == entry
+        assert key in await store.cache_keys()
+
+    @pytest.mark.anyio
+    async def test_cache_put_replaces(self, store: ResponseCache) -> None:
+        key = _unique("key")
+        await store.cache_put(key, {"response": {"n": 1}})
+        await store.cache_put(key, {"response": {"n": 2}})
+        assert await store.cache_get(key) == {"response": {"n": 2}}
+        assert (await store.cache_keys()).count(key) == 1
+
+    @pytest.mark.anyio
+    async def test_cache_entries_are_copies(self, store: ResponseCache) -> None:
+        key = _unique("key")
+        entry: dict[str, Any] = {"response": {"items": [1, 2]}}
+        await store.cache_put(key, entry)
+        entry["response"]["items"].append(3)
+        got = await store.cache_get(key)
+        assert got == {"response": {"items": [1, 2]}}
+        assert got is not None
+        got["response"]["items"].append(4)
+        assert await store.cache_get(key) == {"response": {"items": [1, 2]}}
+
+    @pytest.mark.anyio
+    async def test_concurrent_cache_puts_of_one_key_all_succeed(self, store: ResponseCache) -> None:
+        key = _unique("key")
+
+        async def put(n: int) -> None:
+            await store.cache_put(key, {"response": {"n": n}})
+
+        async with anyio.create_task_group() as tg:
+            for n in range(5):
+                tg.start_soon(put, n)
+        got = await store.cache_get(key)
+        assert got is not None and got["response"]["n"] in range(5)
+
+    @pytest.mark.anyio
+    async def test_cache_keys_are_sorted(self, store: ResponseCache) -> None:
+        keys = await store.cache_keys()
+        assert keys == sorted(keys)
+
+
+class StoreContract(
+    JournalStoreContract, KeyedRecordsContract, JobQueueContract, ResponseCacheContract
+):
+    """The whole suite, for a store with every capability (koboi-store-sql, the memory
+    store). A store with fewer capabilities subclasses :class:`JournalStoreContract` and
+    the capability suites it implements."""

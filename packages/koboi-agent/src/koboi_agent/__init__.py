@@ -1,0 +1,21 @@
+"""koboi-agent: the kernel, the CLI and the default plugin set, plus the list of
+first-party distributions that error messages point to ("install koboi-<x>")."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from koboi_agent._version import __version__
+
+__all__ = ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    # The version on first use: the plugin host imports this package whenever koboi
+    # loads its plugins (koboi --help included), and needs nothing of it.
+    if name == "__version__":
+        from koboi_agent._version import __version__
+
+        return __version__
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
