@@ -198,3 +198,15 @@ def test_replay_mode_needs_no_credential(monkeypatch: pytest.MonkeyPatch) -> Non
     assert config.llm_options.auth_token is None
     with pytest.raises(Exception, match="ANTHROPIC_API_KEY"):
         validate_config({"llm": llm})
+
+
+def test_claude_states_its_window_and_the_config_overrides_it(
+    validate: Any, monkeypatch: pytest.MonkeyPatch, api_key: str, host: PluginHost
+) -> None:
+    from koboi.models import build_model
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", api_key)
+    stated = build_model(validate({"model": "claude-sonnet-4-5"}), host.catalog(), None)
+    assert stated.context_window() == 200_000
+    overridden = validate({"model": "claude-sonnet-4-5", "context_window": 1_000_000})
+    assert build_model(overridden, host.catalog(), None).context_window() == 1_000_000

@@ -24,6 +24,9 @@ class AnthropicProvider(HTTPProvider[AnthropicOptions]):
     """A :class:`~koboi.provider.ModelProvider` for Claude models."""
 
     name = "anthropic"
+    #: Every Claude model takes 200k tokens (a larger beta window needs its header
+    #: and a ``context_window`` in the config).
+    context_windows = {"claude-": 200_000}
 
     def __init__(
         self, options: AnthropicOptions, *, transport: httpx.AsyncBaseTransport | None = None
