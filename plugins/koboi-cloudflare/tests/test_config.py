@@ -217,3 +217,13 @@ def test_replay_mode_needs_no_token_and_no_account(monkeypatch: pytest.MonkeyPat
     assert config.llm_options.api_key is None
     with pytest.raises(Exception, match="CLOUDFLARE_API_TOKEN"):
         validate_config({"llm": llm})
+
+
+def test_the_window_of_a_known_model_and_none_for_others(clean_env: pytest.MonkeyPatch) -> None:
+    from koboi_cloudflare.provider import CloudflareProvider
+
+    clean_env.setenv("CLOUDFLARE_API_TOKEN", TOKEN)
+    clean_env.setenv("CLOUDFLARE_ACCOUNT_ID", ACCOUNT)
+    assert CloudflareProvider(CloudflareOptions(model=MODEL)).context_window() == 24_000
+    other = CloudflareOptions(model="@cf/qwen/qwq-32b")
+    assert CloudflareProvider(other).context_window() is None

@@ -31,6 +31,11 @@ class CloudflareProvider(HTTPProvider[CloudflareOptions]):
     """A Workers AI text-generation model (chat, and tool calls where the model has them)."""
 
     name = "cloudflare"
+    #: As Workers AI lists them for its chat models; others: set ``context_window``.
+    context_windows = {
+        "@cf/meta/llama-3.3-70b-instruct-fp8-fast": 24_000,
+        "@cf/meta/llama-3.1-8b-instruct": 7_968,
+    }
 
     def endpoint(self, request: ModelRequest, *, stream: bool) -> str:
         # The model name keeps its slashes: Cloudflare routes on the path
