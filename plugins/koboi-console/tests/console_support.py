@@ -1,0 +1,215 @@
+"""Shared pieces of koboi-console's tests: the scripted agent (a tool that asks for approval,
+one that does not), the real app of koboi-server with the console on, and a browser-like
+client that logs in through the login form."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from koboi.plugins import reset_default_host
+
+#: append_log is moderate: in act mode it asks for approval; the calculator does not.
+AGENT = """
+    agent: {name: console-demo, mode: act, approval_timeout_seconds: 120}
+    llm:
+      provider: scripted
+      rules:
+        - match: 'log (?P<line>[\\w-]+)'
+          tool: append_log
+          arguments: {line: "{line}"}
+          reply: "logged: {result}"
+        - match: '(?P<expr>\\d+ \\* \\d+)'
+          tool: calculator
+          arguments: {expression: "{expr}"}
+          reply: "{expr} = {result}"
+      fallback: "Ask me some arithmetic, please."
+    tools: {builtin: [calculator, append_log]}
+    sandbox: {backend: passthrough, workdir: work}
+    store: {url: "sqlite:///koboi.db"}
+    console: {}
+"""
+
+#: Two principals (alice, bob) on a passthrough sandbox: the operator's opt-in.
+FAST = {
+    "shared_sandbox": True,
+    "keepalive_seconds": 0.5,
+    "key_recheck_seconds": 0.3,
+    "poll_seconds": 0.1,
+    "access_log": False,
+    "job_poll_seconds": 0.1,
+}
+
+CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("KOBOI_STRICT_PLUGINS", "1")
+    for name in list(os.environ):
+        if name.startswith("KOBOI_DEMO_") or name in (
+            "KOBOI_STORE",
+            "KOBOI_CACHE_MODE",
+            "KOBOI_LOAD_PLUGINS",
+            "KOBOI_DISABLE_PLUGINS",
+        ):
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KOBOI_DEMO_STEP_SECONDS", "0")
+    reset_default_host()
+    yield
+    reset_default_host()
+
+
+def write_config(directory: Path, extra: str = "", text: str = AGENT) -> Path:
+    path = directory / "agent.yaml"
+    path.write_text(textwrap.dedent(text) + textwrap.dedent(extra), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def config_path(tmp_path: Path) -> Path:
+    return write_config(tmp_path)
+
+
+def csrf_of(html: str) -> str:
+    found = CSRF_FIELD.search(html)
+    assert found, html
+    return found.group(1)
+
+
+class Browser:
+    """An httpx client that behaves as a browser on the console: its own cookies, forms,
+    redirects not followed unless asked."""
+
+    def __init__(self, base_url: str) -> None:
+        self.client = httpx.Client(base_url=base_url, timeout=30)
+
+    def login(self, key: str) -> httpx.Response:
+        page = self.client.get("/console/login")
+        assert page.status_code == 200
+        return self.client.post(
+            "/console/login",
+            data={"key": key, "csrf_token": csrf_of(page.text), "next": "/console/sessions"},
+        )
+
+    def csrf(self, path: str = "/console/sessions") -> str:
+        return csrf_of(self.client.get(path).text)
+
+    def get(self, path: str, **kwargs: Any) -> httpx.Response:
+        return self.client.get(path, **kwargs)
+
+    def post(self, path: str, **kwargs: Any) -> httpx.Response:
+        return self.client.post(path, **kwargs)
+
+
+class ThreadServer:
+    """``create_app`` served by uvicorn in a thread, on a socket bound before it starts."""
+
+    def __init__(self, app: Any) -> None:
+        import uvicorn
+
+        self.app = app
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.base_url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+        config.timeout_graceful_shutdown = 5
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+        self.browsers: list[Browser] = []
+        self.clients: list[httpx.Client] = []
+
+    def start(self) -> ThreadServer:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.02)
+        return self
+
+    def browser(self) -> Browser:
+        browser = Browser(self.base_url)
+        self.browsers.append(browser)
+        return browser
+
+    def api(self, key: str) -> httpx.Client:
+        client = httpx.Client(
+            base_url=self.base_url, headers={"Authorization": f"Bearer {key}"}, timeout=30
+        )
+        self.clients.append(client)
+        return client
+
+    def stop(self) -> None:
+        for client in [*self.clients, *(b.client for b in self.browsers)]:
+            client.close()
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.sock.close()
+
+
+def in_store(config: Path, work: Callable[[Any], Any]) -> Any:
+    """``await work(store)`` on the config's store, opened by the test process."""
+    from koboi.config import build_store, load_config, resolve_store_url
+    from koboi.plugins import default_host
+
+    catalog = default_host().catalog()
+    loaded = load_config(config, catalog)
+    store = build_store(resolve_store_url(loaded, catalog), loaded.base_dir, catalog)
+
+    async def main() -> Any:
+        async with store:
+            return await work(store)
+
+    return anyio.run(main)
+
+
+def make_key(config: Path, principal: str) -> str:
+    from koboi_server import KeyRing
+
+    async def create(store: Any) -> str:
+        _, token = await KeyRing(store).create(principal)
+        return str(token)
+
+    return str(in_store(config, create))
+
+
+def revoke_key(config: Path, token: str) -> None:
+    from koboi_server import KeyRing
+
+    async def revoke(store: Any) -> None:
+        await KeyRing(store).revoke(token.split("_")[1])
+
+    in_store(config, revoke)
+
+
+@pytest.fixture
+def serve(config_path: Path) -> Iterator[Callable[..., ThreadServer]]:
+    """``serve(config=..., **settings)``: the real app of koboi-server with the console, on
+    a 127.0.0.1 port (uvicorn in a thread: lifespan, middleware and routes are the real ones)."""
+    from koboi_server import create_app
+
+    started: list[ThreadServer] = []
+
+    def start(config: Path = config_path, **settings: Any) -> ThreadServer:
+        app = create_app(config, settings={**FAST, **settings})
+        server = ThreadServer(app).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in reversed(started):
+        server.stop()
