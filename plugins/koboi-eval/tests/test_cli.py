@@ -190,10 +190,13 @@ def test_the_commands_are_listed_without_loading_them(koboi: Any) -> None:
     result = koboi("--help")
     assert result.returncode == 0
     assert "eval-test" in result.stdout and "eval " in result.stdout
+    # Loaded as a plugin, hooks it defines for others included: still nothing heavy.
     code = (
-        "import sys, koboi_eval.plugin; "
-        "print(sorted(m for m in ('pydantic', 'typer', 'koboi_eval.cli', 'koboi.agent') "
-        "if m in sys.modules))"
+        "import sys, koboi_eval.plugin; from koboi.plugins import PluginHost; "
+        "host = PluginHost(load_entry_points=False); host.add_plugin(koboi_eval.plugin, 'eval'); "
+        "host.load(); assert host.hook_owner('koboi_eval_register_checks') == 'eval'; "
+        "print(sorted(m for m in ('pydantic', 'typer', 'koboi_eval.cli', 'koboi_eval.checks', "
+        "'koboi.agent') if m in sys.modules))"
     )
     loaded = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True

@@ -8,20 +8,15 @@ from typing import Any
 import pytest
 
 from koboi_eval import (
-    Check,
-    CheckResult,
     called_tool,
     case,
     completed,
     judge,
     kill_after,
     output_contains,
-    plugin_check,
-    register_check,
     retrieved_chunk,
     scripted,
 )
-from koboi_eval.checks import _REGISTERED
 from koboi_eval.errors import EvalDefinitionError
 from koboi_eval.loader import discover, load, load_file, select
 
@@ -92,6 +87,7 @@ def test_kill_points() -> None:
     assert not point.matches("tool_call_started", {**data, "arguments": {"line": "step-4"}})
     with pytest.raises(EvalDefinitionError, match="not a journal event type"):
         kill_after("tool_started")
+    assert kill_after("notes.saved", text="x").event == "notes.saved"  # a plugin's own event
     with pytest.raises(EvalDefinitionError, match="nothing to resume"):
         kill_after("run_finished")
     with pytest.raises(EvalDefinitionError, match="nth must be"):
@@ -113,40 +109,48 @@ def test_check_arguments_are_checked() -> None:
         scripted(["x"], pricing={"input": -1})
 
 
+def test_the_scripted_model_is_the_installed_provider_found_through_the_host() -> None:
+    """koboi-eval asks the plugin host for the provider named ``scripted`` and validates the
+    mock with the options model that provider registered; it imports nothing of it."""
+    import koboi_scripted.plugin
+    from koboi.plugins import PluginHost, use_host
+
+    host = PluginHost(load_entry_points=False, strict=True)
+    with use_host(host), pytest.raises(EvalDefinitionError) as caught:
+        scripted(["hi"])
+    assert str(caught.value) == (
+        "scripted model: no installed plugin provides the 'scripted' provider "
+        "(install koboi-scripted)"
+    )
+    # Control: with the provider's plugin in the host, the shorthands become its options.
+    host.add_plugin(koboi_scripted.plugin, "scripted")
+    with use_host(host):
+        made = scripted(
+            ["hi", {"name": "calculator", "arguments": {"expression": "1 + 1"}}], fallback="?"
+        )
+        with pytest.raises(EvalDefinitionError, match=r"scripted model: script\.0"):
+            scripted([42])
+    assert made.options["script"][0] == {"reply": "hi", "tool_calls": []}
+    assert made.options["script"][1]["tool_calls"] == [
+        {"name": "calculator", "arguments": {"expression": "1 + 1"}}
+    ]
+    assert (made.options["fallback"], made.options["on_exhausted"]) == ("?", "error")
+    source = Path(__file__).parents[1] / "src" / "koboi_eval"
+    assert not any("koboi_scripted" in p.read_text() for p in source.glob("*.py"))
+
+
 def test_retrieved_chunk_is_an_error_until_a_plugin_provides_it() -> None:
-    with pytest.raises(EvalDefinitionError) as caught:
+    import koboi_eval.plugin
+    from koboi.plugins import PluginHost, use_host
+
+    # A host with koboi-eval and no retrieval plugin (koboi-rag may be installed here).
+    host = PluginHost(load_entry_points=False, strict=True)
+    host.add_plugin(koboi_eval.plugin, "eval", dist="koboi-eval")
+    with use_host(host), pytest.raises(EvalDefinitionError) as caught:
         retrieved_chunk("refund policy")
     message = str(caught.value)
-    assert "koboi_eval.checks" in message
+    assert "koboi_eval_register_checks" in message
     assert "no retrieval (RAG) plugin" in message
-
-
-class _Retrieved(Check):
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    @property
-    def label(self) -> str:
-        return f"retrieved_chunk({self.text!r})"
-
-    def check(self, trace: Any) -> CheckResult:
-        return self.passed()
-
-
-def test_a_registered_check_is_used_by_name() -> None:
-    register_check("retrieved_chunk", _Retrieved)
-    try:
-        made = retrieved_chunk("refund policy")
-        assert isinstance(made, _Retrieved) and made.text == "refund policy"
-        assert isinstance(plugin_check("retrieved_chunk", "x"), _Retrieved)
-    finally:
-        _REGISTERED.pop("retrieved_chunk")
-    register_check("broken", lambda: "not a check")  # type: ignore[arg-type,return-value]
-    try:
-        with pytest.raises(EvalDefinitionError, match="not a Check"):
-            plugin_check("broken")
-    finally:
-        _REGISTERED.pop("broken")
 
 
 # -- eval files -----------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from koboi_eval._version import __version__
     from koboi_eval.checks import (
         Check,
         CheckContext,
@@ -32,9 +33,6 @@ if TYPE_CHECKING:
         not_called_tool,
         output_contains,
         output_matches,
-        plugin_check,
-        register_check,
-        retrieved_chunk,
         tool_ran,
         tool_was_blocked,
         tool_was_interrupted,
@@ -42,10 +40,12 @@ if TYPE_CHECKING:
     )
     from koboi_eval.dsl import EvalCase, case, kill_after, scripted
     from koboi_eval.matching import ANY, matches, one_of, optional
+    from koboi_eval.plugin_checks import plugin_check, retrieved_chunk
     from koboi_eval.runner import CaseResult, RunOptions, run_case, run_cases
     from koboi_eval.trace import Trace
 
 _LAZY: dict[str, str] = {
+    "__version__": "koboi_eval._version",
     "ANY": "koboi_eval.matching",
     "CaseResult": "koboi_eval.runner",
     "Check": "koboi_eval.checks",
@@ -73,9 +73,8 @@ _LAZY: dict[str, str] = {
     "optional": "koboi_eval.matching",
     "output_contains": "koboi_eval.checks",
     "output_matches": "koboi_eval.checks",
-    "plugin_check": "koboi_eval.checks",
-    "register_check": "koboi_eval.checks",
-    "retrieved_chunk": "koboi_eval.checks",
+    "plugin_check": "koboi_eval.plugin_checks",
+    "retrieved_chunk": "koboi_eval.plugin_checks",
     "run_case": "koboi_eval.runner",
     "run_cases": "koboi_eval.runner",
     "scripted": "koboi_eval.dsl",
@@ -94,6 +93,7 @@ __all__ = [
     "EvalCase",
     "RunOptions",
     "Trace",
+    "__version__",
     "called_tool",
     "case",
     "check_that",
@@ -114,7 +114,6 @@ __all__ = [
     "output_contains",
     "output_matches",
     "plugin_check",
-    "register_check",
     "retrieved_chunk",
     "run_case",
     "run_cases",

@@ -37,12 +37,12 @@ class CaseSkipped(Exception):
 def plugin_host() -> PluginHost:
     """The installed plugins: the CLI's host when the CLI is installed."""
     try:
-        from koboi_cli import host
+        from koboi_cli.api import get_host
     except ImportError:  # used without koboi-cli (embedding, the pytest plugin)
         from koboi.plugins import default_host
 
         return default_host()
-    return host.get_host()
+    return get_host()
 
 
 def raw_config(case: EvalCase, *, mock: bool) -> tuple[dict[str, Any], Path | None, Path]:

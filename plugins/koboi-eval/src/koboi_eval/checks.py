@@ -12,8 +12,9 @@ addresses): they are part of the deterministic report.
 
 Writing a check: subclass :class:`Check`, give it a ``label`` and a ``check``
 (or an async ``evaluate``); use it in ``expect=[...]`` like the built-in
-ones. A plugin may also contribute named checks through the entry-point group
-``koboi_eval.checks`` (see :func:`plugin_check`).
+ones. A plugin may also provide named checks, used with ``plugin_check(name, ...)``:
+it implements the hook ``koboi_eval_register_checks`` (koboi_eval.hookspecs; see
+koboi_eval.plugin_checks).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 from koboi_eval.errors import EvalDefinitionError
 from koboi_eval.matching import argument_problems, show
@@ -329,9 +330,9 @@ def tool_was_blocked(
     name: str, *, by: str | None = None, args: Mapping[str, Any] | None = None
 ) -> Check:
     """A call to ``name`` was refused, by the stage ``by`` when given: ``mode``,
-    ``policy``, ``guardrails``, ``approval``, ``rate_limit``, ``sandbox`` (the C3
-    rule), ``budget``, ``lookup``, ``arguments`` — read from the journal's
-    ``tool_call_refused`` event."""
+    ``policy``, ``guardrails``, ``approval``, ``rate_limit``, ``sandbox`` (the
+    unattended-destruction rule), ``budget``, ``lookup``, ``arguments`` — read from
+    the journal's ``tool_call_refused`` event."""
     return ToolWasBlocked(name, by, args)
 
 
@@ -387,8 +388,9 @@ class EndedWith(Check):
     def check(self, trace: Trace) -> CheckResult:
         if trace.outcome == self.outcome:
             return self.passed()
+        by = f" by {trace.refused_by}" if trace.refused_by else ""
         error = f": {trace.error}" if trace.error else ""
-        return self.failed(f"outcome {self.outcome}", f"outcome {trace.outcome}{error}")
+        return self.failed(f"outcome {self.outcome}", f"outcome {trace.outcome}{by}{error}")
 
 
 def completed() -> Check:
@@ -396,15 +398,16 @@ def completed() -> Check:
     return EndedWith("completed", "completed()")
 
 
-_OUTCOMES = ("completed", "max_iterations", "budget_exceeded", "failed", "cancelled")
-
-
 def ended_with(outcome: str) -> Check:
-    """The (last) run ended with ``outcome`` (completed, max_iterations,
-    budget_exceeded, failed, cancelled)."""
-    if outcome not in _OUTCOMES:
+    """The (last) run ended with ``outcome``: one of the kernel's outcomes
+    (``koboi.events.Outcome``: completed, max_iterations, budget_exceeded, failed,
+    cancelled, refused, suspended)."""
+    from koboi.events import Outcome
+
+    outcomes = get_args(Outcome)
+    if outcome not in outcomes:
         raise EvalDefinitionError(
-            f"ended_with({outcome!r}): unknown outcome; one of {', '.join(_OUTCOMES)}"
+            f"ended_with({outcome!r}): unknown outcome; one of {', '.join(outcomes)}"
         )
     return EndedWith(outcome, call_label("ended_with", outcome))
 
@@ -714,74 +717,3 @@ def judge(rubric: str, *, config: str | Path | None = None) -> Check:
     never passed.
     """
     return Judge(rubric, config)
-
-
-# -- checks from plugins -----------------------------------------------------------------
-
-CHECK_GROUP = "koboi_eval.checks"
-_REGISTERED: dict[str, Callable[..., Check]] = {}
-
-
-def register_check(name: str, factory: Callable[..., Check]) -> None:
-    """Make ``plugin_check(name, ...)`` build checks with ``factory`` in this process.
-
-    Installed plugins do the same through the entry-point group
-    ``koboi_eval.checks`` (``name = "package.module:factory"``).
-    """
-    _REGISTERED[name] = factory
-
-
-def _factory(name: str) -> Callable[..., Check] | None:
-    if name in _REGISTERED:
-        return _REGISTERED[name]
-    from importlib.metadata import entry_points
-
-    for point in entry_points(group=CHECK_GROUP):
-        if point.name == name:
-            try:
-                loaded = point.load()
-            except Exception as exc:
-                raise EvalDefinitionError(
-                    f"check {name!r} could not be loaded from {point.value!r}: "
-                    f"{type(exc).__name__}: {exc}"
-                ) from exc
-            _REGISTERED[name] = loaded
-            return loaded  # type: ignore[no-any-return]
-    return None
-
-
-def plugin_check(name: str, *args: Any, **kwargs: Any) -> Check:
-    """A check a plugin provides under ``name`` (entry-point group ``koboi_eval.checks``).
-
-    An error when no installed plugin provides it: a check nobody can perform
-    must not be counted as passed, nor quietly skipped.
-    """
-    factory = _factory(name)
-    if factory is None:
-        raise EvalDefinitionError(
-            f"{name}() is provided by a plugin through the entry-point group {CHECK_GROUP!r}, "
-            "and no installed plugin provides it"
-        )
-    made = factory(*args, **kwargs)
-    if not isinstance(made, Check):
-        raise EvalDefinitionError(f"the factory of check {name!r} returned {made!r}, not a Check")
-    return made
-
-
-def retrieved_chunk(*args: Any, **kwargs: Any) -> Check:
-    """A retriever returned a given chunk for the case's input.
-
-    koboi has no RAG yet. This is the extension point: a retrieval plugin
-    provides the check under the name ``retrieved_chunk`` in the entry-point
-    group ``koboi_eval.checks`` (and journals what it retrieved so the check
-    can read it). Until one is installed, using it is an error that says so.
-    """
-    try:
-        return plugin_check("retrieved_chunk", *args, **kwargs)
-    except EvalDefinitionError as exc:
-        if _factory("retrieved_chunk") is not None:
-            raise
-        raise EvalDefinitionError(
-            f"{exc}: koboi has no retrieval (RAG) plugin yet, so nothing can check what was "
-            "retrieved; remove retrieved_chunk() or install a plugin that provides it"
-        ) from None

@@ -28,6 +28,7 @@ from typing import Any
 
 import anyio
 
+from koboi import journal as J
 from koboi.interceptors import Interceptor, RunInfo
 from koboi.store import JournalEvent
 from koboi_eval.dsl import KillPoint
@@ -117,7 +118,8 @@ async def _child(spec: dict[str, Any]) -> None:
         pending = list(case.inputs)
         if phase == "resume":
             await agent.resume_run(session_id)
-            started = sum(1 for e in await agent.store.read(session_id) if e.type == "run_started")
+            journal = await agent.store.read(session_id)
+            started = sum(1 for e in journal if e.type == J.RUN_STARTED)
             pending = pending[started:]
         for message in pending:
             await agent.run(message, session_id=session_id)

@@ -80,17 +80,26 @@ def scripted(
     ``pricing`` (``{"input": usd_per_million, "output": ...}``) overrides the
     config's ``llm.pricing``, which is otherwise kept.
     """
-    from koboi_scripted.config import DEFAULT_FALLBACK
-    from koboi_scripted.provider import ScriptedProvider
+    # The provider named "scripted" of the installed plugins, with the options model it
+    # registered: eval depends on koboi-scripted being installed, never on its modules.
+    from koboi_eval.assembly import plugin_host
 
-    try:
-        provider = ScriptedProvider.from_turns(
-            script,
-            rules=rules,
-            fallback=fallback if fallback is not None else DEFAULT_FALLBACK,
-            on_exhausted=on_exhausted,
+    entry = plugin_host().catalog().providers.get("scripted")
+    if entry is None or entry.options is None:
+        raise EvalDefinitionError(
+            "scripted model: no installed plugin provides the 'scripted' provider "
+            "(install koboi-scripted)"
         )
-    except (ValueError, TypeError) as exc:
+    raw: dict[str, Any] = {
+        "script": [_script_turn(turn) for turn in script],
+        "rules": list(rules),
+        "on_exhausted": on_exhausted,
+    }
+    if fallback is not None:
+        raw["fallback"] = fallback
+    try:
+        validated = entry.options.model_validate(raw)
+    except ValueError as exc:
         raise EvalDefinitionError(f"scripted model: {_problems(exc)}") from None
     if pricing is not None:
         from koboi.config import Pricing
@@ -99,8 +108,19 @@ def scripted(
             Pricing.model_validate(pricing)
         except ValueError as exc:
             raise EvalDefinitionError(f"scripted model: pricing: {_problems(exc)}") from None
-    options = provider.options.model_dump(mode="json", exclude_none=True)
+    options = validated.model_dump(mode="json", exclude_none=True)
     return ScriptedModel(options, dict(pricing) if pricing is not None else None)
+
+
+def _script_turn(turn: Any) -> Any:
+    """The DSL's shorthands for a turn, as the provider's options spell them: one
+    ``{"name", "arguments"}`` tool call, or a list of them, is ``{"tool_calls": [...]}``; a
+    string (a reply) or a ``{"reply", "tool_calls"}`` mapping is already a turn."""
+    if isinstance(turn, Mapping) and "name" in turn:
+        return {"tool_calls": [dict(turn)]}
+    if isinstance(turn, list | tuple):
+        return {"tool_calls": list(turn)}
+    return turn
 
 
 @dataclass(frozen=True)
@@ -132,7 +152,8 @@ def kill_after(event: str, *, nth: int = 1, **where: Any) -> KillPoint:
 
     ``event`` is a journal event type (koboi/journal.py), for example
     ``tool_call_started`` — committed after every decision and just before the
-    tool's effect, so killing there leaves the call in doubt. ``where`` filters
+    tool's effect, so killing there leaves the call in doubt — or a plugin's own
+    event type (``"<plugin>.<name>"``). ``where`` filters
     on the event's data (``name="append_log", arguments={"line": "step-3"}``);
     ``nth`` picks the nth matching event. The journal commits events in small
     batches (an event that ends a piece of work goes with the one that starts the
@@ -140,9 +161,10 @@ def kill_after(event: str, *, nth: int = 1, **where: Any) -> KillPoint:
     """
     from koboi import journal as J
 
-    if event not in J.EVENT_TYPES:
+    if not isinstance(event, str) or not (event in J.KINDS_BY_NAME or J.is_plugin_event(event)):
         raise EvalDefinitionError(
-            f"kill_after({event!r}): not a journal event type; one of {', '.join(J.EVENT_TYPES)}"
+            f"kill_after({event!r}): not a journal event type; one of "
+            f"{', '.join(J.EVENT_TYPES)}, or a plugin's own '<plugin>.<name>'"
         )
     if event == J.RUN_FINISHED:
         raise EvalDefinitionError(

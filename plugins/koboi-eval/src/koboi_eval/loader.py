@@ -81,7 +81,7 @@ def load_file(path: Path) -> list[EvalCase]:
     except SyntaxError as exc:
         sys.modules.pop(module_name, None)
         raise EvalDefinitionError(f"{shown}:{exc.lineno or '?'}: syntax error: {exc.msg}") from None
-    except Exception as exc:
+    except Exception as exc:  # an eval file's own error: where it is, not a traceback
         sys.modules.pop(module_name, None)
         line = _line_in(exc, resolved)
         where = f"{shown}:{line}" if line else shown

@@ -236,7 +236,7 @@ async def _evaluate(check: Any, trace: Trace, context: CheckContext) -> CheckRes
 
     try:
         outcome: CheckResult = await check.evaluate(trace, context)
-    except Exception as exc:
+    except Exception as exc:  # a broken check fails its case, never the whole run
         return CheckResult(
             check.label, "failed", "the check to run", f"it raised {describe_error(exc)}"
         )

@@ -68,6 +68,8 @@ class RunRecord:
     cost_usd: float
     error: str | None
     usage: Mapping[str, Any] = field(default_factory=dict)
+    #: For outcome ``refused``: the stage (interceptor) that refused the run.
+    refused_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ class Trace:
     refusals: tuple[ToolRefusal, ...]
     executions: tuple[ToolExecution, ...]
     runs: tuple[RunRecord, ...]
-    #: How many times an interrupted run was resumed.
+    #: How many times a run interrupted by a crash was resumed from the journal.
     resumes: int
     #: Model calls that finished (a call cut short by a crash and asked again counts once).
     model_calls: int
@@ -88,6 +90,8 @@ class Trace:
     unfinished: bool
     #: The working directory the case's tools used (for file checks).
     workdir: Path | None = None
+    #: How many times a suspended run was continued with a reply.
+    replies: int = 0
 
     @property
     def outcome(self) -> str:
@@ -108,6 +112,17 @@ class Trace:
     def cost_usd(self) -> float:
         return sum(run.cost_usd for run in self.runs)
 
+    @property
+    def refused_by(self) -> str | None:
+        """For a last run ``refused``: the stage (interceptor) that refused it."""
+        return self.runs[-1].refused_by if self.runs and not self.unfinished else None
+
+    def plugin_events(self, event_type: str) -> list[Mapping[str, Any]]:
+        """The data of the plugin events of ``event_type`` (``"<plugin>.<name>"``, such as
+        ``"rag.retrieved"``), in journal order: what a plugin's own check reads."""
+        J.check_plugin_event_type(event_type)
+        return [event.data for event in self.events if event.type == event_type]
+
     def requested(self, name: str) -> list[ToolRequest]:
         return [r for r in self.requests if r.name == name]
 
@@ -121,73 +136,83 @@ class Trace:
 def trace_from_journal(
     events: Iterable[Any], *, inputs: Iterable[str] = (), workdir: Path | None = None
 ) -> Trace:
-    """Fold a session's journal events into a :class:`Trace`."""
+    """Fold a session's journal events into a :class:`Trace`.
+
+    Each event is read through its kind (``J.<KIND>.of(event)``), the journal's typed
+    schemas: the fields read here are the ones koboi/journal.py declares.
+    """
+    from koboi.messages import ModelResponse
+
     kept = tuple(events)
     requests: list[ToolRequest] = []
     refusals: list[ToolRefusal] = []
     executions: list[ToolExecution] = []
     latest: dict[str, ToolExecution] = {}
     runs: list[RunRecord] = []
-    resumes = model_calls = 0
+    resumes = replies = model_calls = 0
     unfinished = False
     for event in kept:
-        kind, data = event.type, event.data
+        kind = event.type
         if kind == J.RUN_STARTED:
             unfinished = True
         elif kind == J.RUN_RESUMED:
-            resumes += 1
+            # A reply continues a suspended run; anything else is recovery after a crash.
+            if "reply" in J.RUN_RESUMED.of(event):
+                replies += 1
+            else:
+                resumes += 1
             unfinished = True
         elif kind == J.MODEL_CALL_FINISHED:
+            answered = J.MODEL_CALL_FINISHED.of(event)
             model_calls += 1
-            step = int(data.get("step", 0))
-            message = data.get("response", {}).get("message", {})
-            for call in message.get("tool_calls", []) or []:
-                requests.append(
-                    ToolRequest(
-                        name=str(call.get("name", "")),
-                        arguments=dict(call.get("arguments") or {}),
-                        call_id=str(call.get("id", "")),
-                        step=step,
-                    )
-                )
+            response = ModelResponse.model_validate(answered["response"])
+            requests += [
+                ToolRequest(call.name, dict(call.arguments), call.id, answered["step"])
+                for call in response.message.tool_calls
+            ]
         elif kind == J.TOOL_CALL_REFUSED:
+            refused = J.TOOL_CALL_REFUSED.of(event)
             refusals.append(
                 ToolRefusal(
-                    name=str(data.get("name", "")),
-                    call_id=str(data.get("call_id", "")),
-                    stage=str(data.get("stage", "")),
-                    reason=str(data.get("reason", "")),
-                    step=int(data.get("step", 0)),
+                    name=refused["name"],
+                    call_id=refused["call_id"],
+                    stage=refused["stage"],
+                    reason=refused["reason"],
+                    step=refused["step"],
                 )
             )
         elif kind == J.TOOL_CALL_STARTED:
+            started = J.TOOL_CALL_STARTED.of(event)
             execution = ToolExecution(
-                name=str(data.get("name", "")),
-                arguments=dict(data.get("arguments") or {}),
-                call_id=str(data.get("call_id", "")),
-                step=int(data.get("step", 0)),
+                name=started["name"],
+                arguments=dict(started["arguments"]),
+                call_id=started["call_id"],
+                step=started["step"],
             )
             executions.append(execution)
             latest[execution.call_id] = execution
         elif kind == J.TOOL_CALL_FINISHED:
-            found = latest.get(str(data.get("call_id", "")))
+            finished = J.TOOL_CALL_FINISHED.of(event)
+            found = latest.get(finished["call_id"])
             if found is not None:
-                found.content = str(data.get("content", ""))
-                found.is_error = bool(data.get("is_error"))
+                found.content = finished["content"]
+                found.is_error = finished["is_error"]
         elif kind == J.TOOL_CALL_INTERRUPTED:
-            found = latest.get(str(data.get("call_id", "")))
+            found = latest.get(J.TOOL_CALL_INTERRUPTED.of(event)["call_id"])
             if found is not None:
                 found.interrupted = True
         elif kind == J.RUN_FINISHED:
+            ended = J.RUN_FINISHED.of(event)
             unfinished = False
             runs.append(
                 RunRecord(
-                    outcome=str(data.get("outcome", "")),
-                    output=str(data.get("output") or ""),
-                    steps=int(data.get("steps") or 0),
-                    cost_usd=float(data.get("cost_usd") or 0.0),
-                    error=data.get("error"),
-                    usage=dict(data.get("usage") or {}),
+                    outcome=ended["outcome"],
+                    output=ended["output"] or "",
+                    steps=ended["steps"],
+                    cost_usd=ended["cost_usd"] or 0.0,
+                    error=ended["error"],
+                    usage=dict(ended["usage"] or {}),
+                    refused_by=ended.get("refused_by"),
                 )
             )
     return Trace(
@@ -201,4 +226,5 @@ def trace_from_journal(
         model_calls=model_calls,
         unfinished=unfinished,
         workdir=workdir,
+        replies=replies,
     )
