@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -160,7 +161,7 @@ async def test_without_an_approver_a_call_that_needs_one_is_denied(
 async def test_an_autonomous_run_denies_by_default(
     make_agent: Any, turn: Any, demo_tools: dict[str, Any]
 ) -> None:
-    # What a background job is: nobody can approve. (No destructive tool: the C3 rule would
+    # What a background job is: nobody can approve. (No destructive tool: the unattended-destruction rule would
     # refuse the run before it starts with the passthrough sandbox.)
     tools = [demo_tools["note"], demo_tools["look"]]
     _, events = await _run(
@@ -491,7 +492,7 @@ def test_koboi_run_without_a_terminal_denies(tmp_path: Path) -> None:
         timeout=60,
     )
     assert json.loads(done.stdout)["outcome"] == "completed"
-    with sqlite3.connect(tmp_path / "k.db") as db:
+    with closing(sqlite3.connect(tmp_path / "k.db")) as db, db:
         refused = [
             json.loads(row[0])
             for row in db.execute("SELECT data FROM events WHERE type = 'tool_call_refused'")

@@ -403,7 +403,8 @@ _KNOWN = ("session_id", "input_tokens", "content", "arguments", "step")
     name=st.sampled_from(sorted(REDACTORS)),
     known=st.booleans(),
 )
-@pytest.mark.slow  # a real process: runs in this member's own session
+@pytest.mark.slow  # 300 examples: runs once, in this member's own session
+@pytest.mark.timeout(300)  # ~10 s on a quiet machine; far more on a loaded one
 def test_the_kernels_shortcut_masks_exactly_what_redact_data_masks(
     data: dict, name: str, known: bool
 ) -> None:

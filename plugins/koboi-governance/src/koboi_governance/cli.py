@@ -7,29 +7,19 @@ Both use the store every other command uses: ``--config``'s ``store.url``, else
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import anyio
 import typer
 
 from koboi.errors import KoboiError
+from koboi_cli.api import ConfigOption, JsonOption, print_json, write
 
 T = TypeVar("T")
-
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--config",
-        "-c",
-        help="Agent config whose store to use (default: KOBOI_STORE, else .koboi/koboi.db).",
-        show_default=False,
-    ),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 trust_app = typer.Typer(
     help="The trust database: tool calls approved with 'always', as rules that skip the prompt.",
@@ -39,16 +29,22 @@ trust_app = typer.Typer(
 )
 
 
-def _with_store(config: Path | None, work: Callable[[Any], Awaitable[T]]) -> T:
-    from koboi_cli.stores import open_store, store_target
+def _with_store(config: Any, work: Callable[[Any], Awaitable[T]]) -> T:
+    """Run ``work(store)`` on the command's store (with keyed records: trust needs them)."""
+    from koboi.store import records_of
+    from koboi_cli.api import open_store, store_target
 
     target = store_target(config)
 
     async def main() -> T:
         async with open_store(target) as store:
-            return await work(store)
+            return await work(records_of(store, "koboi trust"))
 
     return anyio.run(main)
+
+
+def _line(text: str) -> None:
+    write(sys.stdout, text + "\n")
 
 
 def _when(epoch: float) -> str:
@@ -56,21 +52,23 @@ def _when(epoch: float) -> str:
 
 
 @trust_app.command("list")
-def trust_list(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
+def trust_list(config: ConfigOption = None, as_json: JsonOption = False) -> None:
     """List the trust rules that have not expired."""
     from koboi_governance.trust import TrustBook
 
     rules = _with_store(config, lambda store: TrustBook(store).rules())
     if as_json:
-        typer.echo(json.dumps([{"id": r.id, **r.to_record()} for r in rules], indent=2))
+        print_json([{"id": r.id, **r.to_record()} for r in rules])
         return
     if not rules:
-        typer.echo("no trust rules")
+        _line("no trust rules")
         return
     for rule in rules:
         left = max(0.0, rule.expires_at - time.time()) / 86400
-        typer.echo(
-            f"{rule.id}  {rule.describe()}  (by {rule.created_by or '?'}, "
+        owner = rule.owner if rule.owner is not None else "(command line)"
+        agent = rule.agent if rule.agent is not None else "any agent"
+        _line(
+            f"{rule.id}  {rule.describe()}  owner {owner}, {agent} (by {rule.created_by or '?'}, "
             f"expires {_when(rule.expires_at)}, in {left:.1f} days)"
         )
 
@@ -100,7 +98,19 @@ def trust_add(
         float, typer.Option("--ttl-days", min=0.001, help="Days until the rule expires.")
     ] = 30.0,
     note: Annotated[str, typer.Option("--note", help="Why the rule exists.")] = "",
-    config: ConfigOpt = None,
+    owner: Annotated[
+        str | None,
+        typer.Option(
+            "--owner",
+            help="The principal whose sessions the rule applies to (a koboi serve API key's "
+            "name); default: command-line runs only.",
+        ),
+    ] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option("--agent", help="Only for this agent (agent.name); default: any agent."),
+    ] = None,
+    config: ConfigOption = None,
 ) -> None:
     """Trust TOOL when its arguments match the patterns (every argument must be named)."""
     from koboi_governance.trust import TrustBook
@@ -114,28 +124,30 @@ def trust_add(
             ttl_seconds=ttl_days * 86400,
             created_by="koboi trust add",
             note=note,
+            owner=owner,
+            agent=agent,
         ),
     )
-    typer.echo(f"added {rule.id}: {rule.describe()} until {_when(rule.expires_at)}")
+    _line(f"added {rule.id}: {rule.describe()} until {_when(rule.expires_at)}")
 
 
 @trust_app.command("revoke")
 def trust_revoke(
     rule_id: Annotated[str, typer.Argument(help="The rule's id (from 'koboi trust list').")],
-    config: ConfigOpt = None,
+    config: ConfigOption = None,
 ) -> None:
     """Revoke a trust rule: the next matching call asks again."""
     from koboi_governance.trust import TrustBook
 
     if not _with_store(config, lambda store: TrustBook(store).revoke(rule_id)):
         raise KoboiError(f"no trust rule {rule_id!r} (see 'koboi trust list')")
-    typer.echo(f"revoked {rule_id}")
+    _line(f"revoked {rule_id}")
 
 
 def audit(
     session: Annotated[str, typer.Argument(help="Session id, a unique prefix of one, or 'last'.")],
-    config: ConfigOpt = None,
-    as_json: JsonOpt = False,
+    config: ConfigOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Show the audit trail of a session: each governed action, before and after."""
 
@@ -146,14 +158,14 @@ def audit(
     session_id, entries = _with_store(config, read)
     if as_json:
         rows = [{"id": e.id, "at": e.at, **dict(e.data)} for e in entries]
-        typer.echo(json.dumps(rows, indent=2, ensure_ascii=False))
+        print_json(rows)
         return
     if not entries:
-        typer.echo(f"session {session_id}: no audit records")
+        _line(f"session {session_id}: no audit records")
         return
-    typer.echo(f"session {session_id}: {len(entries)} audit records")
+    _line(f"session {session_id}: {len(entries)} audit records")
     for entry in entries:
-        typer.echo(f"{entry.id:>6}  {_when(entry.at)}  {describe_record(entry.data)}")
+        _line(f"{entry.id:>6}  {_when(entry.at)}  {describe_record(entry.data)}")
 
 
 def describe_record(data: Any) -> str:

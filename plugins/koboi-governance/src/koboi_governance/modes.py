@@ -12,7 +12,7 @@ yolo     run         run             run                        run
 =======  ==========  ==============  =========================  ===========
 
 "run" still passes every later stage: a policy ``deny`` (or ``ask``) rule,
-guardrails, rate limits, the sandbox and the C3 rule apply in every mode,
+guardrails, rate limits, the sandbox and the unattended-destruction rule apply in every mode,
 yolo included. In ``act``, ``agent.approval_risk`` moves the line: with
 ``approval_risk: destructive`` moderate tools run without asking.
 """

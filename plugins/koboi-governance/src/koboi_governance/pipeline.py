@@ -22,10 +22,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from koboi import journal as J
 from koboi.approval import ApprovalDecision, ApprovalRequest
-from koboi.errors import KoboiError
-from koboi.interceptors import Interceptor, PendingToolCall, RunInfo, Verdict
-from koboi.messages import ModelRequest, ModelResponse
+from koboi.interceptors import Interceptor, PendingToolCall, Refusal, RunInfo, Verdict
+from koboi.messages import ModelResponse
+from koboi.store import KeyedRecords, records_of
 from koboi.tools import Risk, ToolResult
 from koboi_governance import detect
 from koboi_governance.modes import mode_need, refusal
@@ -35,12 +36,12 @@ from koboi_governance.settings import GovernanceSection, GuardAction, RateLimit
 from koboi_governance.trust import TrustBook
 
 
-class GuardrailViolation(KoboiError):
-    """Input refused by a guardrail; the run fails before any model call."""
-
-
 def _kinds(findings: list[detect.Finding]) -> str:
     return ", ".join(sorted({f.kind for f in findings}))
+
+
+TRUST_FEATURE = "trust rules (governance.trust)"
+RATE_FEATURE = "rate limits (governance.rate_limits)"
 
 
 class DecisionStage(Interceptor):
@@ -52,6 +53,8 @@ class DecisionStage(Interceptor):
 
     def __init__(self, settings: GovernanceSection, redactor: Redactor) -> None:
         self.settings = settings
+        if settings.trust.enabled:
+            self.store_needs = ((KeyedRecords, TRUST_FEATURE),)
         self.policy = Policy(settings.policy)
         guard = settings.guardrails.input
         self._deny = [re.compile(p, re.IGNORECASE) for p in guard.deny_patterns]
@@ -84,9 +87,12 @@ class DecisionStage(Interceptor):
         if need == "run":
             stage = "policy" if verdict is not None and verdict.action == "allow" else "mode"
             return Verdict("allow", f"{agent.mode} mode", stage=stage, skip_approval=True)
-        # 4. trust: an earlier "always" for this tool and these arguments.
+        # 4. trust: an earlier "always" of the same owner and agent, for this tool and
+        #    these arguments.
         if self._trust and run.store is not None:
-            rule = await TrustBook(run.store).match(tool.name, arguments)
+            rule = await TrustBook(records_of(run.store, TRUST_FEATURE)).match(
+                tool.name, arguments, owner=run.owner, agent=agent.name
+            )
             if rule is not None:
                 return Verdict(
                     "allow", f"trusted by rule {rule.id}", stage="trust", skip_approval=True
@@ -136,14 +142,24 @@ class DecisionStage(Interceptor):
             return
         if run.store is None:
             return
-        rule = await TrustBook(run.store).add(
+        rule = await TrustBook(records_of(run.store, TRUST_FEATURE)).add(
             pending.tool.name,
             arguments=pending.call.arguments,
             ttl_seconds=self.settings.trust.ttl_seconds,
             created_by=decision.decided_by or "approver",
             session_id=run.session_id,
+            owner=run.owner,
+            agent=run.config.agent.name,
         )
-        run.audit({"action": "trust_rule_added", "rule": rule.id, "tool": rule.tool})
+        run.audit(
+            {
+                "action": "trust_rule_added",
+                "rule": rule.id,
+                "tool": rule.tool,
+                "owner": rule.owner,
+                "agent": rule.agent,
+            }
+        )
 
 
 def _policy_reason(verdict: Any) -> str:
@@ -170,6 +186,8 @@ class RateLimitStage(Interceptor):
 
     #: How long a per-session counter is kept after its last use.
     SESSION_COUNTER_SECONDS = 90 * 24 * 3600.0
+
+    store_needs = ((KeyedRecords, RATE_FEATURE),)
 
     def __init__(self, limits: Mapping[str, RateLimit]) -> None:
         self.limits = dict(limits)
@@ -211,12 +229,13 @@ class RateLimitStage(Interceptor):
             )
         counted: list[str] = []
         for key, most, expires_at, when, field in windows:
-            used = await run.store.counter_add(key, 1, expires_at=expires_at)
+            counters = records_of(run.store, RATE_FEATURE)
+            used = await counters.counter_add(key, 1, expires_at=expires_at)
             counted.append(key)
             if used > most:
                 # A refused call does not use up the allowance.
                 for done in counted:
-                    await run.store.counter_add(done, -1, expires_at=expires_at)
+                    await counters.counter_add(done, -1, expires_at=expires_at)
                 return Verdict(
                     "deny",
                     f"rate limit: '{tool}' may run {most} time(s) {when} and that is used up "
@@ -227,7 +246,7 @@ class RateLimitStage(Interceptor):
 
 
 class InputGuard(Interceptor):
-    """The user's message, before the first model call of each run."""
+    """The user's message, when a run begins: refused runs never reach the model."""
 
     name = "guardrails.input"
     priority = 200
@@ -238,30 +257,29 @@ class InputGuard(Interceptor):
         self.injection: GuardAction = guard.injection
         self._deny = [re.compile(p, re.IGNORECASE) for p in guard.deny_patterns]
 
-    async def before_model_call(self, request: ModelRequest, run: RunInfo) -> ModelRequest | None:
-        if run.state.get("input_checked"):
-            return None
-        run.state["input_checked"] = True
-        last = next((m for m in reversed(request.messages) if m.role == "user"), None)
-        if last is None:
-            return None
-        text = last.content
+    async def on_run_start(self, run: RunInfo) -> Refusal | None:
+        if run.resumed or not run.input:
+            return None  # checked when the run began; a direct tool call has no message
+        text = run.input
         if self.max_chars is not None and len(text) > self.max_chars:
-            raise GuardrailViolation(
+            return Refusal(
                 f"the message is {len(text)} characters, more than the {self.max_chars} allowed "
-                "(governance.guardrails.input.max_chars)"
+                "(governance.guardrails.input.max_chars)",
+                stage="guardrails",
             )
         for pattern in self._deny:
             if pattern.search(text):
-                raise GuardrailViolation(
-                    "the message matches a denied pattern (governance.guardrails.input.deny_patterns)"
+                return Refusal(
+                    "the message matches a denied pattern (governance.guardrails.input.deny_patterns)",
+                    stage="guardrails",
                 )
         if self.injection != "off":
             found = detect.find(text, categories=("injection",))
             if found and self.injection == "block":
-                raise GuardrailViolation(
+                return Refusal(
                     f"the message looks like a prompt injection ({_kinds(found)}); refused by "
-                    "governance.guardrails.input.injection"
+                    "governance.guardrails.input.injection",
+                    stage="guardrails",
                 )
             if found:
                 run.audit(
@@ -366,72 +384,12 @@ class RedactionProvider(Interceptor):
         return self._redaction
 
 
-#: Field names of the kernel's journal events, responses and audit records: ordinary
-#: words, never secrets, left out of the quick "anything to mask?" test (their values
-#: are tested). Without them "session_id" or "input_tokens" would send nearly every
-#: event down the slow path, since "session" and "token" start secret assignments.
-KERNEL_KEYS = frozenset(
-    [
-        "step",
-        "call_id",
-        "name",
-        "arguments",
-        "idempotent",
-        "decision",
-        "content",
-        "is_error",
-        "response",
-        "message",
-        "role",
-        "tool_calls",
-        "tool_call_id",
-        "id",
-        "usage",
-        "input_tokens",
-        "output_tokens",
-        "reasoning_tokens",
-        "cache_read_tokens",
-        "cache_write_tokens",
-        "requests",
-        "finish_reason",
-        "model",
-        "cost_usd",
-        "input",
-        "agent",
-        "config_hash",
-        "outcome",
-        "output",
-        "steps",
-        "error",
-        "risk",
-        "arguments_hash",
-        "reason",
-        "approval_id",
-        "expires_at",
-        "approved",
-        "decided_by",
-        "scope",
-        "stage",
-        "kind",
-        "budget",
-        "limit",
-        "used",
-        "after_seq",
-        "holder",
-        "policy",
-        "streamed",
-        "action",
-        "phase",
-        "tool",
-        "stages",
-        "sandbox",
-        "result_chars",
-        "session_id",
-        "rule",
-        "note",
-        "kinds",
-    ]
-)
+#: Field names of the kernel's journal events, responses and audit records (the kernel's
+#: own list, :func:`koboi.journal.field_names`) and of this plugin's audit records:
+#: ordinary words, never secrets, left out of the quick "anything to mask?" test (their
+#: values are tested). Without them "session_id" or "input_tokens" would send nearly
+#: every event down the slow path, since "session" and "token" start secret assignments.
+KERNEL_KEYS = J.field_names() | frozenset({"rule", "note", "kinds", "owner"})
 
 
 class KernelRedaction:

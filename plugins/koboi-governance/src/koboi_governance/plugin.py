@@ -13,12 +13,19 @@ from koboi.hookspecs import hookimpl
 
 @hookimpl
 def koboi_register_config_sections(register: Callable[..., None]) -> None:
+    from koboi_governance import aliases
     from koboi_governance.settings import SECTION, GovernanceSection
 
     register(
         SECTION,
         GovernanceSection,
         description="Policy rules, guardrails, trust, rate limits and redaction of tool calls.",
+        # koboi-agent's spellings: accepted, and `koboi validate --suggest` shows koboi's.
+        aliases={
+            "guardrails": aliases.guardrails,
+            "rate_limit": aliases.rate_limit,
+            "policy": aliases.policy,
+        },
     )
 
 

@@ -37,9 +37,12 @@ command line; default ``run_shell: command``) are judged command by command:
 
 - The command line is split into segments with
   :func:`koboi_governance.shell.segments` (``&&``, ``;``, ``|``, newlines,
-  ``$(…)``, backquotes, subshells, ``xargs``, ``find -exec``, ``sudo``,
-  ``sh -c`` …). A line that is too complex to judge is **denied**, whatever the
-  rules say, with the reason.
+  ``$(…)``, backquotes, subshells, and every program in
+  :data:`koboi_governance.shell.RUNNERS`: ``xargs``, ``find -exec``, ``sudo``,
+  ``timeout``, ``flock``, ``sh -c`` …). A line that is too complex to judge is
+  **denied**, whatever the rules say, with the reason. A segment whose runner
+  cannot be read for sure (``Segment.opaque``) is denied when a deny or ask rule
+  with ``command`` applies to the call, and never allowed.
 - ``command`` (a glob or a list of globs) is matched against each segment's text:
   its arguments joined by single spaces (``git   status`` is ``git status``). A
   pattern that ends in `` *`` also matches the bare command: ``rm *`` matches
@@ -51,6 +54,9 @@ command line; default ``run_shell: command``) are judged command by command:
   match any spelling: the text alone, with the assignments, with the
   redirections (``echo hi > /etc/x`` for ``* > /etc/*``), and with the program's
   directory removed (``/usr/bin/rm -rf x`` is denied by ``rm *``).
+- ``deny`` and ``ask`` patterns also judge the commands a segment's arguments
+  name, whatever program runs them (``eatmydata rm -f x``, ``foo 'ls; rm x'``):
+  see :class:`_ArgumentSearch`. So ``git rm x`` is denied by ``rm *`` too.
 - A rule with ``command`` judges segments; a rule without it judges the call as a
   whole and so applies to every segment. The call is denied if any segment is
   denied, asks if any segment asks, and is allowed only if every segment is
@@ -73,14 +79,15 @@ from __future__ import annotations
 import math
 import posixpath
 import re
+import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from koboi_governance.shell import Segment, TooComplex, segments
+from koboi_governance.shell import RUNNERS, Segment, TooComplex, segments
 
 __all__ = ["Action", "Policy", "PolicyRule", "PolicySection", "PolicyVerdict"]
 
@@ -426,6 +433,11 @@ class _Rule:
     commands: tuple[re.Pattern[str], ...]
     #: The command patterns' first word when it is literal; None when one is a glob.
     first_words: tuple[str, ...] | None
+    #: The literal first words among the command patterns (all of them, glob or not).
+    literal_firsts: tuple[str, ...] = ()
+    #: For patterns whose first word is a glob not starting with '*': the literal text
+    #: before the glob. A command named in a segment's arguments must start with one.
+    glob_prefixes: tuple[str, ...] = ()
 
     def args_match(self, arguments: Mapping[str, Any], text_argument: str | None) -> bool:
         every = self.rank == _ALLOW
@@ -455,11 +467,59 @@ class _ToolRules:
     by_first_word: Mapping[str, tuple[_Rule, ...]]
     #: Command rules whose patterns start with a glob, or that have args.
     scanned: tuple[_Rule, ...]
+    #: Command rules without args (deny and ask ones judge what arguments name).
+    plain_command_rules: tuple[_Rule, ...]
+    #: Those rules, indexed for a call whose rules with args all fail to match.
+    guards: _Guards
+
+
+@dataclass(frozen=True, slots=True)
+class _Guards:
+    """Deny and ask command rules, indexed to judge the commands a segment's arguments name."""
+
+    #: Whether any deny or ask command rule applies to the call at all.
+    present: bool = False
+    #: Rules by the literal first word of their patterns.
+    by_word: Mapping[str, tuple[_Rule, ...]] = field(default_factory=dict)
+    #: Rules with a pattern whose first word is a glob (see _Rule.glob_prefixes).
+    by_prefix: tuple[_Rule, ...] = ()
+
+    @classmethod
+    def of(cls, rules: Sequence[_Rule]) -> _Guards:
+        guarding = [r for r in rules if r.commands and r.rank > _ALLOW]
+        by_word: dict[str, list[_Rule]] = {}
+        for rule in guarding:
+            for word in dict.fromkeys(rule.literal_firsts):
+                by_word.setdefault(word, []).append(rule)
+        return cls(
+            present=bool(guarding),
+            by_word={k: tuple(v) for k, v in by_word.items()},
+            by_prefix=tuple(r for r in guarding if r.glob_prefixes),
+        )
+
+    def rules_for(self, head: str) -> Sequence[_Rule]:
+        """The rules whose patterns could match a command that starts with ``head``."""
+        keyed = self.by_word.get(head.partition(" ")[0], ())
+        if not self.by_prefix:
+            return keyed
+        prefixed = [r for r in self.by_prefix if any(map(head.startswith, r.glob_prefixes))]
+        return [*keyed, *prefixed] if prefixed else keyed
 
 
 def _first_word(pattern: str) -> str | None:
     word = pattern.split(" ", 1)[0]
     return None if any(c in word for c in "*?[") or not word else word
+
+
+def _glob_prefix(pattern: str) -> str | None:
+    """The literal text before a pattern's first glob character; None if it starts with '*'.
+
+    A pattern that starts with ``*`` matches a segment's whole text whenever it matches
+    a command named inside it, so it needs no search of the arguments.
+    """
+    match = re.match(r"[^*?\[]*", pattern)
+    prefix = match.group() if match else ""
+    return None if pattern.startswith("*") else prefix
 
 
 def _compile_rule(index: int, rule: PolicyRule) -> _Rule:
@@ -474,21 +534,33 @@ def _compile_rule(index: int, rule: PolicyRule) -> _Rule:
         args=tuple(_ArgPattern.compile(k, v) for k, v in rule.args.items()),
         commands=tuple(_command_regex(p) for p in patterns),
         first_words=None if None in firsts else tuple(f for f in firsts if f is not None),
+        literal_firsts=tuple(f for f in firsts if f is not None),
+        glob_prefixes=tuple(
+            prefix
+            for pattern, first in zip(patterns, firsts, strict=True)
+            if first is None and (prefix := _glob_prefix(pattern)) is not None
+        ),
     )
 
 
 def _shown(segment: Segment) -> str:
-    text = " ".join(p for p in (*segment.assignments, segment.text, *segment.redirects) if p)
+    parts = (*segment.assignments, segment.text, *segment.redirects)
+    return _clipped(" ".join(p for p in parts if p))
+
+
+def _clipped(text: str) -> str:
     return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
 
 
-def _segment_forms(segment: Segment) -> tuple[str, tuple[str, ...]]:
+def _segment_forms(
+    segment: Segment, *, without_directory: bool = True
+) -> tuple[str, tuple[str, ...]]:
     """The segment as it runs (for allow) and every spelling deny/ask patterns try."""
     text = segment.text
     if not (segment.assignments or segment.redirects or "/" in text.partition(" ")[0]):
         return text, (text,)  # the common case: one spelling
     bases = [text]
-    if segment.argv and "/" in segment.argv[0]:
+    if without_directory and segment.argv and "/" in segment.argv[0]:
         program = posixpath.basename(segment.argv[0])
         if program:
             bases.append(" ".join((program, *segment.argv[1:])))
@@ -564,27 +636,53 @@ class Policy:
         if whole is not None and whole.rank == _DENY:
             return _verdict(whole)
         scanned = tuple(r for r in rules.scanned if r.args_match(arguments, argument))
-        asked: tuple[_Rule, Segment] | None = None
+        guards = rules.guards
+        if any(r.rank > _ALLOW and r.args for r in scanned):
+            guards = _Guards.of([*rules.plain_command_rules, *(r for r in scanned if r.args)])
+        search = _ArgumentSearch(guards)
+        asked: tuple[_Rule, Segment, str | None] | None = None
         allowed_by: list[_Rule] = []
         every_segment_allowed = True
-        judged: dict[Segment, _Rule | None] = {}  # `true && true && …` is judged once
-        for segment in found:
-            if segment in judged:
-                best = judged[segment]
-            else:
-                best = judged[segment] = _judge_segment(rules.by_first_word, scanned, segment)
-            if best is None:
-                every_segment_allowed = False
-            elif best.rank == _DENY:
-                return _verdict(best, segment)
-            elif best.rank == _ASK:
-                asked = asked or (best, segment)
-            elif best not in allowed_by:
-                allowed_by.append(best)
+        unseen = False
+        judged: dict[Segment, tuple[_Rule | None, str | None]] = {}  # `true && true && …` once
+        try:
+            for segment in found:
+                if segment.opaque:
+                    if guards.present:
+                        return PolicyVerdict(
+                            "deny",
+                            f"the shell command cannot be judged safely: {segment.opaque}, and "
+                            "a deny or ask rule could apply to what it runs (command: "
+                            f"{_shown(segment)})",
+                            SHELL_RULE,
+                        )
+                    every_segment_allowed = False  # no rule can allow what it cannot see
+                    unseen = True
+                    continue
+                if segment in judged:
+                    best, via = judged[segment]
+                else:
+                    best, via = judged[segment] = _judge_segment(
+                        rules.by_first_word, scanned, segment, search
+                    )
+                if best is None:
+                    every_segment_allowed = False
+                elif best.rank == _DENY:
+                    return _verdict(best, segment, via)
+                elif best.rank == _ASK:
+                    asked = asked or (best, segment, via)
+                elif best not in allowed_by:
+                    allowed_by.append(best)
+        except _TooManyCandidates as exc:
+            return PolicyVerdict(
+                "deny", f"the shell command cannot be judged safely: {exc}", SHELL_RULE
+            )
         if whole is not None and whole.rank == _ASK:
             return _verdict(whole)
         if asked is not None:
             return _verdict(*asked)
+        if unseen:
+            return None  # not even an allow for the whole call covers a command nobody can see
         if whole is not None:
             return _verdict(whole)  # an allow for the whole call covers every segment
         if found and every_segment_allowed:
@@ -614,11 +712,14 @@ class Policy:
                 else:
                     for word in dict.fromkeys(rule.first_words):
                         by_first_word.setdefault(word, []).append(rule)
+        plain = tuple(r for r in matching if r.commands and not r.args)
         compiled = _ToolRules(
             shell_argument=shell_argument,
             whole=whole,
             by_first_word={k: tuple(v) for k, v in by_first_word.items()},
             scanned=tuple(scanned),
+            plain_command_rules=plain if shell_argument is not None else (),
+            guards=_Guards.of(plain) if shell_argument is not None else _Guards(),
         )
         if len(self._buckets) >= _BUCKET_CACHE:
             self._buckets.clear()
@@ -644,6 +745,23 @@ def _judge_segment(
     by_first_word: Mapping[str, tuple[_Rule, ...]],
     scanned: Sequence[_Rule],
     segment: Segment,
+    search: _ArgumentSearch,
+) -> tuple[_Rule | None, str | None]:
+    """The most restrictive rule for a segment, and the command it was matched on when that
+    is one the segment's arguments name (``rm -f x`` in ``foo rm -f x``)."""
+    best = _rule_for(by_first_word, scanned, segment)
+    if best is not None and best.rank == _DENY:
+        return best, None
+    found = search.through_arguments(segment, _ALLOW if best is None else best.rank)
+    if found is not None:
+        return found
+    return best, None
+
+
+def _rule_for(
+    by_first_word: Mapping[str, tuple[_Rule, ...]],
+    scanned: Sequence[_Rule],
+    segment: Segment,
 ) -> _Rule | None:
     as_run, spellings = _segment_forms(segment)
     candidates: Sequence[_Rule] = scanned
@@ -666,8 +784,179 @@ def _judge_segment(
     return best
 
 
-def _verdict(rule: _Rule, segment: Segment | None = None) -> PolicyVerdict:
+class _TooManyCandidates(Exception):
+    """The arguments name more commands than the search tries: the call cannot be judged."""
+
+
+#: Words that could be a command line of their own: ``'rm -rf x'``, ``'ls;rm x'``.
+_COMMAND_LIKE = re.compile(r"[\s;&|()`$<>]")
+#: How many (rule, command) pairs the argument search of one call may try (splitting the
+#: rest of a segment again, from a runner's name, counts as 16 and one per 256 characters).
+_SEARCH_BUDGET = 4096
+#: How many runners named in arguments, one inside the other, the search follows.
+_NESTING = 4
+
+
+class _ArgumentSearch:
+    """Deny and ask rules tried on the commands a segment's arguments could run.
+
+    A program the splitter does not know may run any of its arguments (``eatmydata rm
+    -f x``, ``ssh host 'rm x'``), so a deny or ask pattern is also tried on the text
+    from each word that names the program the pattern starts with (the word itself,
+    its file name without directory, the value of an ``--opt=VALUE`` word, a part of a
+    brace list) to the end of the segment, and on the commands of each word that reads
+    as a command line of its own. From a word naming a runner the splitter knows
+    (``foo sh -c 'bar rm x'``), the rest of the segment is split again and judged in
+    full. The words a runner hands to the command it starts are left to that command's
+    own segment (see ``Segment.scan_end``).
+    """
+
+    def __init__(self, guards: _Guards) -> None:
+        self.guards = guards
+        self.left = _SEARCH_BUDGET
+
+    def through_arguments(
+        self, segment: Segment, floor: int, depth: int = 0
+    ) -> tuple[_Rule, str] | None:
+        """The most restrictive deny or ask rule ranked above ``floor`` that matches a
+        command named in ``segment``'s arguments, with that command's text."""
+        if not self.guards.present or floor == _DENY:
+            return None
+        # Assignments name programs too: EDITOR='rm -rf x' git commit, PAGER=… man ls.
+        argv = ("", *segment.assignments, *segment.argv)
+        start = len(segment.assignments) + 1
+        end = len(argv) if segment.scan_end is None else start + segment.scan_end
+        end = min(end, len(argv))
+        suffix = " ".join(segment.redirects)
+        best: tuple[_Rule, str] | None = None
+        resplit = depth < _NESTING
+        for index in (*range(1, start), *range(start + 1, end)):
+            word = argv[index]
+            found = self._word(argv, index, suffix, floor if best is None else best[0].rank)
+            if resplit and word.rpartition("/")[2] in RUNNERS:
+                rank = (floor if best is None else best[0].rank) if found is None else found[0].rank
+                resplit = False  # once is enough: the rest holds every later runner word
+                inner = self._resplit(argv[index:], rank, depth)
+                found = inner or found
+            if found is not None and (best is None or found[0].rank > best[0].rank):
+                best = found
+                if best[0].rank == _DENY:
+                    return best
+        return best
+
+    def _word(
+        self, argv: tuple[str, ...], index: int, suffix: str, floor: int
+    ) -> tuple[_Rule, str] | None:
+        word = argv[index]
+        candidates: list[tuple[Sequence[_Rule], tuple[str, ...]]] = []
+        for head in _heads(word):
+            rules = self.guards.rules_for(head)
+            if rules:
+                text = " ".join((head, *argv[index + 1 :]))
+                candidates.append((rules, (text, f"{text} {suffix}") if suffix else (text,)))
+        for line in _command_lines(word):
+            for inner in _commands_in(line):
+                for form in _line_spellings(inner):
+                    rules = self.guards.rules_for(form)
+                    if rules:
+                        candidates.append((rules, (form,)))
+        best: tuple[_Rule, str] | None = None
+        for rules, forms in candidates:
+            found = self._try(rules, forms, floor if best is None else best[0].rank)
+            if found is not None:
+                best = (found, forms[0])
+                if found.rank == _DENY:
+                    break
+        return best
+
+    def _resplit(self, words: Sequence[str], floor: int, depth: int) -> tuple[_Rule, str] | None:
+        """Judge ``words`` as a command line of their own (they start with a runner): the
+        most restrictive rule above ``floor`` they meet."""
+        line = shlex.join(words)
+        self._spend(16 + len(line) // 256)  # splitting costs with the text's length
+        best: tuple[_Rule, str] | None = None
+        for inner in _commands_in(line):
+            if inner.argv == tuple(words):
+                continue  # the runner itself: the caller searched its words already
+            rank = floor if best is None else best[0].rank
+            spellings = _segment_forms(inner)[1]
+            found: tuple[_Rule, str] | None = None
+            for form in spellings:
+                rule = self._try(self.guards.rules_for(form), (form,), rank)
+                if rule is not None:
+                    found, rank = (rule, form), rule.rank
+            found = self.through_arguments(inner, rank, depth + 1) or found
+            if found is not None:
+                best = found
+                if found[0].rank == _DENY:
+                    break
+        return best
+
+    def _try(self, rules: Sequence[_Rule], forms: Sequence[str], floor: int) -> _Rule | None:
+        best: _Rule | None = None
+        for rule in rules:
+            if rule.rank <= (floor if best is None else best.rank):
+                continue
+            self._spend(1)
+            if rule.matches_segment(forms):
+                best = rule
+        return best
+
+    def _spend(self, cost: int) -> None:
+        self.left -= cost
+        if self.left < 0:
+            raise _TooManyCandidates(
+                f"its arguments name more commands than the {_SEARCH_BUDGET} checks against "
+                "the deny and ask rules one call may take"
+            )
+
+
+def _values(word: str) -> list[str]:
+    """What follows '=' in ``word``, as a program could read it: ``--exec=rm``,
+    ``git -c core.editor=rm``, ``make CC=rm``, and git's ``alias.x=!rm -rf y``."""
+    if "=" not in word:
+        return []
+    value = word.partition("=")[2]
+    return [value, value[1:]] if value.startswith("!") else [value]
+
+
+def _heads(word: str) -> list[str]:
+    """The ways ``word`` could start a command a wrapper runs (see _ArgumentSearch)."""
+    heads = [word, *_values(word)]
+    if "{" in word and "}" in word:
+        heads.extend(part for part in re.split(r"[{},]", word) if part)  # {rm,-rf,x}
+    for head in list(heads):
+        # One word is one path: `/bin/rm` is rm, `s/rm -rf/x/` (a sed script) is not.
+        if "/" in head and " " not in head and (name := head.rpartition("/")[2]):
+            heads.append(name)  # /bin/rm, ./rm
+    return list(dict.fromkeys(h for h in heads if h))
+
+
+def _command_lines(word: str) -> list[str]:
+    """The parts of ``word`` that could be command lines handed to a shell (``'ls; rm x'``)."""
+    return [line for line in (word, *_values(word)) if _COMMAND_LIKE.search(line)]
+
+
+def _line_spellings(segment: Segment) -> tuple[str, ...]:
+    """A command's spellings in a word that only may be a command line: its program's
+    directory is dropped only when it reads as a path (``/bin/rm``, ``./rm``), not in
+    text such as a sed script (``s/rm -rf/echo/``)."""
+    program = segment.argv[0]
+    as_path = "/" not in program or program.startswith(("/", "."))
+    return _segment_forms(segment, without_directory=as_path)[1]
+
+
+def _commands_in(line: str) -> list[Segment]:
+    """The commands ``line`` would run as a shell line; none when it would not parse."""
+    try:
+        return [s for s in segments(line) if s.argv and not s.opaque]
+    except TooComplex:
+        return []  # not shell code a wrapper could run as it is
+
+
+def _verdict(rule: _Rule, segment: Segment | None = None, via: str | None = None) -> PolicyVerdict:
     reason = rule.explain()
     if segment is not None and rule.rank > _ALLOW:
-        reason = f"{reason} (command: {_shown(segment)})"
+        judged_as = f", judged as: {_clipped(via)}" if via is not None else ""
+        reason = f"{reason} (command: {_shown(segment)}{judged_as})"
     return PolicyVerdict(rule.action, reason, rule.label)

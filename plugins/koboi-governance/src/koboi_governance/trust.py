@@ -5,6 +5,12 @@ arguments that were approved (their canonical JSON), or, for a rule written by
 hand with ``koboi trust add``, a glob per argument. Rules expire; a revoked or
 expired rule never matches again. Rules live in the store (kind ``trust``), so
 every process sharing it — replicas of a server included — sees the same ones.
+
+A rule belongs to whoever made it: the session's owner (a server principal; None
+for a command-line run) and the agent. It matches only calls of sessions with
+the same owner and agent, so one principal's "always" never lets another
+principal's call through. A rule stored before rules had owners counts as a
+command-line rule (owner None, any agent).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from koboi.approval import canonical_arguments
-from koboi.store import Store
+from koboi.store import KeyedRecords
 
 KIND = "trust"
 
@@ -38,6 +44,15 @@ class TrustRule:
     created_by: str
     session_id: str = ""
     note: str = ""
+    #: Who the rule belongs to: the session owner (principal) that made it; None for
+    #: a command-line run.
+    owner: str | None = None
+    #: The agent it was made for (``agent.name``); None: any agent of the owner.
+    agent: str | None = None
+
+    def belongs_to(self, owner: str | None, agent: str | None) -> bool:
+        """True when the rule may decide for a session of ``owner`` running ``agent``."""
+        return self.owner == owner and (self.agent is None or self.agent == agent)
 
     def matches(self, tool: str, arguments: Mapping[str, Any]) -> bool:
         if tool != self.tool:
@@ -67,6 +82,8 @@ class TrustRule:
             "created_by": self.created_by,
             "session_id": self.session_id,
             "note": self.note,
+            "owner": self.owner,
+            "agent": self.agent,
         }
 
     @classmethod
@@ -81,6 +98,8 @@ class TrustRule:
             created_by=str(data.get("created_by", "")),
             session_id=str(data.get("session_id", "")),
             note=str(data.get("note", "")),
+            owner=data.get("owner"),
+            agent=data.get("agent"),
         )
 
     def describe(self) -> str:
@@ -105,7 +124,7 @@ def _glob(pattern: str) -> re.Pattern[str]:
 class TrustBook:
     """Trust rules of one store, read fresh on each lookup (revocation takes effect at once)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: KeyedRecords) -> None:
         self.store = store
 
     async def add(
@@ -118,6 +137,8 @@ class TrustBook:
         created_by: str,
         session_id: str = "",
         note: str = "",
+        owner: str | None = None,
+        agent: str | None = None,
     ) -> TrustRule:
         if (arguments is None) == (patterns is None):
             raise ValueError("a trust rule needs either exact arguments or argument patterns")
@@ -132,6 +153,8 @@ class TrustBook:
             created_by=created_by,
             session_id=session_id,
             note=note,
+            owner=owner,
+            agent=agent,
         )
         await self.store.record_put(KIND, rule.id, rule.to_record(), expires_at=rule.expires_at)
         return rule
@@ -141,10 +164,22 @@ class TrustBook:
             TrustRule.from_record(key, data) for key, data in await self.store.record_list(KIND)
         ]
 
-    async def match(self, tool: str, arguments: Mapping[str, Any]) -> TrustRule | None:
+    async def match(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        owner: str | None = None,
+        agent: str | None = None,
+    ) -> TrustRule | None:
+        """The first unexpired rule of ``owner`` (for ``agent``) that matches the call."""
         now = time.time()
         for rule in await self.rules():
-            if rule.expires_at > now and rule.matches(tool, arguments):
+            if (
+                rule.expires_at > now
+                and rule.belongs_to(owner, agent)
+                and rule.matches(tool, arguments)
+            ):
                 return rule
         return None
 
