@@ -319,3 +319,26 @@ def test_replay_mode_needs_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
     assert config.llm_options.api_key is None
     with pytest.raises(Exception, match="OPENAI_API_KEY"):
         validate_config({"llm": {"provider": "openai", "model": "gpt-4o-mini"}})
+
+
+# -- context windows ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "window"),
+    [
+        ("gpt-4o-mini", 128_000),
+        ("gpt-4.1-nano", 1_047_576),
+        ("gpt-4", 8_192),
+        ("gpt-4-turbo-2024-04-09", 128_000),
+        ("o3-mini", 200_000),
+        ("llama3.1:8b", None),  # a local OpenAI-compatible server's model: unknown
+    ],
+)
+def test_the_provider_states_the_window_of_models_it_knows(
+    model: str, window: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from koboi_openai.provider import OpenAIProvider
+
+    monkeypatch.setenv("OPENAI_API_KEY", USER_KEY)
+    assert OpenAIProvider(OpenAIOptions(model=model)).context_window() == window

@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
+import koboi_http.plugin
 from koboi import KoboiAgent
 from koboi.plugins import PluginHost
+from koboi.tracing import TraceContext
 from koboi_openai.config import OpenAIOptions
 from koboi_openai.provider import OpenAIProvider
 from koboi_testing.wire import Received, Reply, WireServer
@@ -121,3 +123,30 @@ async def test_an_agent_runs_a_tool_using_turn_over_the_wire(
     assert tool_result == {"role": "tool", "tool_call_id": "call_calc", "content": "7006652"}
     assert all("authorization" not in r.headers for r in server.requests)
     assert result.usage.input_tokens >= 50
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("stream", [True, False])
+async def test_every_model_call_of_a_run_carries_the_run_s_trace(
+    host: PluginHost, server: WireServer, wire: Any, stream: bool
+) -> None:
+    """With koboi-http's plugin loaded, each Chat Completions request of a run carries its
+    ``traceparent``: the trace id the caller gave, a new span id per request."""
+    host.add_plugin(koboi_http.plugin, "http", dist="koboi-http")
+    server.handler = _calculator_model(wire)
+    parent = TraceContext("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331", "01", "k=v")
+    config = {
+        "agent": {"stream": stream, "max_iterations": 4},
+        "llm": {"provider": "openai", "model": "llama3.1", "base_url": f"{server.url}/v1"},
+        "tools": {"builtin": ["calculator"]},
+        "store": {"url": "memory://"},
+    }
+    async with KoboiAgent.from_dict(config, host=host) as agent:
+        result = await agent.run("What is 1234 * 5678?", trace=parent)
+    assert result.outcome == "completed", result.error
+    sent = [TraceContext.parse(r.headers["traceparent"]) for r in server.requests]
+    assert len(sent) == 2
+    assert all(s is not None and s.trace_id == parent.trace_id for s in sent)
+    spans = {s.span_id for s in sent if s is not None}
+    assert len(spans) == 2 and parent.span_id not in spans
+    assert [r.headers["tracestate"] for r in server.requests] == ["k=v", "k=v"]

@@ -9,13 +9,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from koboi_openai._version import __version__
     from koboi_openai.config import OpenAIOptions
     from koboi_openai.provider import OpenAIProvider
 
-__all__ = ["OpenAIOptions", "OpenAIProvider"]
+__all__ = ["OpenAIOptions", "OpenAIProvider", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from koboi_openai._version import __version__
+
+        return __version__
     if name == "OpenAIProvider":
         from koboi_openai.provider import OpenAIProvider
 

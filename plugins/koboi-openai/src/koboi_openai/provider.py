@@ -43,6 +43,19 @@ class OpenAIProvider(HTTPProvider[OpenAIOptions]):
     """A :class:`~koboi.provider.ModelProvider` over ``POST {base_url}/chat/completions``."""
 
     name = "openai"
+    #: As OpenAI publishes them; an OpenAI-compatible server's own models are unknown
+    #: here (set ``context_window`` in the config).
+    context_windows = {
+        "gpt-3.5-turbo": 16_385,
+        "gpt-4": 8_192,
+        "gpt-4-turbo": 128_000,
+        "gpt-4o": 128_000,
+        "gpt-4.1": 1_047_576,
+        "gpt-5": 400_000,
+        "o1": 200_000,
+        "o3": 200_000,
+        "o4-mini": 200_000,
+    }
 
     # -- HTTP -----------------------------------------------------------------
 
