@@ -171,6 +171,12 @@ def test_an_interrupted_session_and_a_running_one(config: Path, tmp_path: Path) 
 
     digest = config_hash(read_with_extends(config))
     holder = f"{socket.gethostname()}:{os.getpid()}:live"
+    from koboi.config import load_config
+    from koboi.models import build_model
+    from koboi.plugins import default_host
+
+    catalog = default_host().catalog()
+    model_identity = build_model(load_config(config, catalog), catalog, None).cache_identity()
 
     async def start_a_run() -> None:
         store = create_store("sqlite:///koboi.db", tmp_path)
@@ -184,6 +190,11 @@ def test_an_interrupted_session_and_a_running_one(config: Path, tmp_path: Path) 
                 "agent": "durable",
                 "config_hash": digest,
                 "autonomous": False,
+                "tools": ["calculator"],
+                # The caller's trace context: the replay journals this very one.
+                "trace": {"traceparent": f"00-{'ab' * 16}-{'cd' * 8}-01"},
+                # What the loop journals of its model: its provider's cache identity.
+                "model": model_identity,
             }
             # What the loop commits first, in one transaction; the process "dies" in the
             # model call that follows.
@@ -261,7 +272,6 @@ def test_a_bundle_cache_answers_offline(
 ) -> None:
     """--with-cache: the bundle's config runs under --replay-mode replay from its cache."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("KOBOI_CACHE_MODE", "")  # so --cache-mode's override is undone after
     config = write_config(DURABLE + "    cache: {mode: record}\n")
     code, _, err = koboi("run", str(config), "-m", "6 * 7", "--yes")
     assert code == 0, err
@@ -280,6 +290,8 @@ def test_a_bundle_cache_answers_offline(
     assert code == 0, err
     assert "seeded the response cache with 2 answer(s)" in err
     assert out.endswith("6 * 7 = 42\n")
+    # The mode went to the kernel as an argument: no variable was set to carry it.
+    assert "KOBOI_CACHE_MODE" not in os.environ
     # Control, in a directory of its own (the seeded answers stay in the store they went to):
     # without the cache, nothing answers offline.
     other = tmp_path / "other"

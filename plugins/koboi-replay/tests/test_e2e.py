@@ -5,6 +5,7 @@ with one tool result changed (checksum fixed) diverges at that event."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -266,6 +267,10 @@ def test_an_http_provider_session_replays_with_no_key_and_no_server(tmp_path: Pa
     bundle = B.read_bundle(project / "run.koboi")
     assert "${WIRE_API_KEY}" in bundle.config_text
     assert not any(key.encode() in data for data in bundle.files.values())
+    # The provider's cache identity (what the journaled request keys are hashed with) is
+    # kept, never the key.
+    assert bundle.manifest["model"]["identity"]["model"] == "gpt-4o-mini"
+    assert key not in json.dumps(bundle.manifest)
 
     replayed = _replay_offline(project / "run.koboi", tmp_path, "fresh")
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr

@@ -256,11 +256,15 @@ async def test_what_cannot_be_replayed_is_refused(
     bundle = (await record_session(write_config())).bundle
     with pytest.raises(ReplayError, match="--tools must be one of"):
         await replay_bundle(bundle, tools="sometimes")  # type: ignore[arg-type]
-    monkeypatch.setenv("KOBOI_CACHE_MODE", "replay")
-    with pytest.raises(ReplayError, match="unset KOBOI_CACHE_MODE"):
-        await replay_bundle(bundle)
-    monkeypatch.setenv("KOBOI_CACHE_MODE", "live")
-    assert (await replay_bundle(bundle)).identical
+    # A user who asks to record or fill a response cache is told a replay does neither...
+    for mode in ("record", "cache"):
+        monkeypatch.setenv("KOBOI_CACHE_MODE", mode)
+        with pytest.raises(ReplayError, match="unset KOBOI_CACHE_MODE"):
+            await replay_bundle(bundle)
+    # ...while live and replay (offline, which a bundle replay is anyway) change nothing.
+    for mode in ("live", "replay"):
+        monkeypatch.setenv("KOBOI_CACHE_MODE", mode)
+        assert (await replay_bundle(bundle)).identical
 
 
 async def test_a_session_killed_after_any_commit_replays_identically(write_config: Write) -> None:

@@ -16,6 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from koboi_replay._version import __version__
     from koboi_replay.bundle import FORMAT_VERSION, Bundle, parse_bundle, read_bundle
     from koboi_replay.capture import Captured, capture_session, export_workflow
     from koboi_replay.errors import BundleError, CaptureError, ReplayError, WorkflowError
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from koboi_replay.report import Divergence, ReplayReport
 
 _LAZY = {
+    "__version__": "koboi_replay._version",
     "FORMAT_VERSION": "koboi_replay.bundle",
     "Bundle": "koboi_replay.bundle",
     "parse_bundle": "koboi_replay.bundle",
@@ -52,6 +54,7 @@ __all__ = [
     "ReplayError",
     "ReplayReport",
     "WorkflowError",
+    "__version__",
     "capture_session",
     "export_workflow",
     "parse_bundle",

@@ -5,8 +5,10 @@ Layout (docs/replay.md, "The bundle format")::
     manifest.json        what the bundle is; versions; a SHA-256 per file; the checksum
     config.yaml          the config as written: ${VAR} references kept, literal secrets replaced
     events.jsonl         (run) the session's journal, one event per line: the expected stream
-    model_calls.jsonl    (run) what each model call answered: served to the replayed run
-    tool_results.jsonl   (run) what each tool call returned: served under --tools recorded
+    model_calls.jsonl    (run) what each model call (the loop's, and side calls by purpose)
+                         answered: served to the replayed run
+    tool_results.jsonl   (run) what each tool call returned (or that it suspended the run):
+                         served under --tools recorded
     approvals.jsonl      (run) what each approval decided: served to the replayed run
     audit.jsonl          (run) the session's audit records: the expected audit trail
     cache.jsonl          (run, --with-cache) response-cache entries of the session's answers
@@ -38,8 +40,12 @@ from typing import Any, Literal
 from koboi.store import JournalEvent
 from koboi_replay.errors import BundleError
 
-#: The bundle format this koboi-replay writes, and the newest it reads.
-FORMAT_VERSION = 1
+#: The bundle format this koboi-replay writes, and the newest it reads (it reads every
+#: older one). 2: ``model_calls.jsonl`` holds side calls too (records with a ``purpose``
+#: and the request ``key``), ``tool_results.jsonl`` calls that suspended their run
+#: (``outcome: suspended``), and the manifest the recorded model's cache ``identity``.
+#: A format-1 reader would serve a side call's answer to the loop, so it is refused one.
+FORMAT_VERSION = 2
 FORMAT_NAME = "koboi-bundle"
 #: File-name ending ``koboi run`` hands to this plugin.
 SUFFIX = ".koboi"
@@ -216,7 +222,7 @@ class Bundle:
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(temporary, target)
-        except BaseException:
+        except BaseException:  # no half-written bundle is left behind, whatever stopped it
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
             raise

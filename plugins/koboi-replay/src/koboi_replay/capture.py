@@ -132,7 +132,9 @@ def find_config(config_hash: str, directories: Iterable[Path]) -> list[Path]:
 
 def session_config_hashes(events: Sequence[JournalEvent]) -> list[str]:
     """The config hash of each run the session started, in order (duplicates kept)."""
-    return [str(e.data.get("config_hash", "")) for e in events if e.type == J.RUN_STARTED]
+    return [
+        str(J.RUN_STARTED.of(e).get("config_hash", "")) for e in events if e.type == J.RUN_STARTED
+    ]
 
 
 async def capture_session(
@@ -183,11 +185,12 @@ async def capture_session(
         )
     config = _validate(written, host)
     sandbox, sandbox_note = await _sandbox_facts(config, host)
-    recorded = recording.extract(events)
+    identity, identity_note = await environment.model_identity(config, host)
     audit = [
         {"id": entry.id, "at": entry.at, "data": dict(entry.data)}
         for entry in await store.read_audit(info.id)
     ]
+    recorded = recording.extract(events, audit)
     files = {
         B.CONFIG: written.text.encode("utf-8"),
         B.EVENTS: B.jsonl(
@@ -202,6 +205,7 @@ async def capture_session(
         "events": len(events),
         "runs": len(recorded.runs),
         "model_calls": len(recorded.model_calls),
+        "side_calls": recorded.side_calls,
         "tool_results": len(recorded.tool_results),
         "approvals": len(recorded.approvals),
         "audit": len(audit),
@@ -209,6 +213,11 @@ async def capture_session(
     notes = [r.message() for r in written.redactions]
     if sandbox_note:
         notes.append(sandbox_note)
+    if identity_note:
+        notes.append(
+            f"{identity_note}: the request keys journaled with side calls and rewritten "
+            "requests will differ in a replay"
+        )
     if with_cache:
         cache = await _session_cache(store, events)
         files[B.CACHE] = B.jsonl(cache)
@@ -232,6 +241,7 @@ async def capture_session(
         },
         sandbox=sandbox,
         contents=contents,
+        **({"model": {"identity": identity}} if identity is not None else {}),
     )
     return Captured(bundle, notes, info)
 
@@ -252,12 +262,26 @@ async def _sandbox_facts(config: AgentConfig, host: PluginHost) -> tuple[dict[st
         return fallback, f"sandbox backend {backend!r} is not installed; its facts are guessed"
     try:
         sandbox = entry.target(config.sandbox_options, config)
-    except Exception as exc:
+    except Exception as exc:  # capture goes on; the manifest says its facts are guessed
         return fallback, f"the sandbox could not be built here ({describe_error(exc)})"
     try:
         return {"backend": backend, "name": sandbox.name, "isolated": sandbox.isolated}, ""
     finally:
         await sandbox.aclose()
+
+
+def _answers(events: Sequence[JournalEvent]) -> set[str]:
+    """The messages this session's model calls (the loop's and side calls) answered."""
+    answers: set[str] = set()
+    for event in events:
+        response: Any = None
+        if event.type == J.MODEL_CALL_FINISHED:
+            response = J.MODEL_CALL_FINISHED.of(event).get("response")
+        elif event.type == J.SIDE_CALL_FINISHED:
+            response = J.SIDE_CALL_FINISHED.of(event).get("response")
+        if isinstance(response, dict):
+            answers.add(B.canonical_json(response.get("message")))
+    return answers
 
 
 async def _session_cache(store: Store, events: Sequence[JournalEvent]) -> list[dict[str, Any]]:
@@ -266,14 +290,13 @@ async def _session_cache(store: Store, events: Sequence[JournalEvent]) -> list[d
     The cache is shared by every session of a store; a bundle takes only the
     entries of its own session, so sharing it shares nothing else.
     """
-    answers = {
-        B.canonical_json(e.data["response"].get("message"))
-        for e in events
-        if e.type == J.MODEL_CALL_FINISHED and isinstance(e.data.get("response"), dict)
-    }
+    from koboi.store import cache_of
+
+    cache = cache_of(store, "koboi capture --with-cache")
+    answers = _answers(events)
     found: list[dict[str, Any]] = []
-    for key in await store.cache_keys():
-        entry = await store.cache_get(key)
+    for key in await cache.cache_keys():
+        entry = await cache.cache_get(key)
         response = entry.get("response") if entry else None
         if isinstance(response, dict) and B.canonical_json(response.get("message")) in answers:
             found.append({"key": key, "entry": entry})

@@ -23,7 +23,7 @@ from koboi_replay.errors import CaptureError, WorkflowError
 
 if TYPE_CHECKING:
     from koboi.store import Store
-    from koboi_cli.stores import StoreTarget
+    from koboi_cli.api import StoreTarget
     from koboi_replay.capture import Captured
     from koboi_replay.workflows import StoredWorkflow
 
@@ -49,7 +49,7 @@ def _plain(help: str) -> typer.Typer:
 
 
 def _write_bundle(captured: Captured, output: Path, *, force: bool, what: str) -> None:
-    from koboi_cli.style import err, write
+    from koboi_cli.api import err, write
 
     for note in captured.notes:
         err(note, prefix="warning")
@@ -75,7 +75,15 @@ def capture(
         str,
         typer.Argument(metavar="SESSION|last", help="The session: full id, unique prefix or last."),
     ],
-    output: OutputOpt,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="The bundle file to write (default: <session id>.koboi here).",
+            show_default=False,
+        ),
+    ] = None,
     config: Annotated[
         Path | None,
         typer.Option(
@@ -102,21 +110,20 @@ def capture(
     and a checksum. Replay it anywhere, offline:
     koboi run RUN.koboi --replay-mode replay
     """
-    from koboi_cli import host
-    from koboi_cli.style import err
+    from koboi_cli.api import err, get_host
     from koboi_replay.capture import capture_session
 
-    if output.exists() and not force:
+    if output is not None and output.exists() and not force:
         raise CaptureError(f"{output} already exists; choose another name or pass --force")
     target = _capture_store(config)
 
     async def go() -> Captured:
-        from koboi_cli.stores import open_store
+        from koboi_cli.api import open_store
 
         async with open_store(target) as store:
             chosen = config or await _find_config(store, session)
             captured = await capture_session(
-                store, session, config_path=chosen, host=host.get_host(), with_cache=with_cache
+                store, session, config_path=chosen, host=get_host(), with_cache=with_cache
             )
             if config is None:
                 captured.notes.insert(0, f"the session's config is {chosen} (its hash matches)")
@@ -133,14 +140,17 @@ def capture(
         f"{contents.get('events', 0)} events, {contents.get('model_calls', 0)} model calls, "
         f"{contents.get('tool_results', 0)} tool results)"
     )
+    if output is None:
+        output = Path(f"{info.id if info else session}.koboi")
+        if output.exists() and not force:
+            raise CaptureError(f"{output} already exists; name another with -o or pass --force")
     _write_bundle(captured, output, force=force, what=what)
 
 
 def _capture_store(config: Path | None) -> StoreTarget:
     """The store of ``config``, found without needing the secrets the config refers to."""
-    from koboi.config import read_with_extends, resolve_store_url
-    from koboi_cli import host
-    from koboi_cli.stores import StoreTarget, store_target
+    from koboi.config import read_with_extends, resolve_store
+    from koboi_cli.api import StoreTarget, get_host, store_target
     from koboi_replay.config_text import portable_config, referenced_variables
 
     if config is None:
@@ -156,11 +166,11 @@ def _capture_store(config: Path | None) -> StoreTarget:
             f"{config}: store.url needs {', '.join(unset)}, which is not set; set it to the "
             "value the session ran with"
         )
-    catalog = host.get_host().catalog()
+    catalog = get_host().catalog()
     loaded = portable_config(
         raw, catalog, base_dir=config.resolve().parent, env=os.environ, label=str(config)
     )
-    return StoreTarget(resolve_store_url(loaded, catalog), loaded.base_dir)
+    return StoreTarget(*resolve_store(loaded, catalog))
 
 
 async def _find_config(store: Store, ref: str) -> Path:
@@ -199,12 +209,12 @@ def export(
 
     Store it with koboi import FLOW.koboi, or run it with koboi run FLOW.koboi -m MESSAGE.
     """
-    from koboi_cli import host
+    from koboi_cli.api import get_host
     from koboi_replay.capture import export_workflow
 
     if output.exists() and not force:
         raise CaptureError(f"{output} already exists; choose another name or pass --force")
-    captured = export_workflow(config, host.get_host())
+    captured = export_workflow(config, get_host())
     _write_bundle(captured, output, force=force, what=f"exported {config} as a workflow")
 
 
@@ -228,7 +238,7 @@ def import_(
     ] = False,
 ) -> None:
     """Verify a workflow bundle and keep it in the store (see koboi workflows)."""
-    from koboi_cli.style import write
+    from koboi_cli.api import write
     from koboi_replay.workflows import default_name, import_bundle
 
     bundle = B.read_bundle(path)
@@ -236,7 +246,7 @@ def import_(
     chosen = name or default_name(bundle, str(path))
 
     async def go() -> StoredWorkflow:
-        from koboi_cli.stores import open_store
+        from koboi_cli.api import open_store
 
         async with open_store(target) as store:
             return await import_bundle(
@@ -252,7 +262,7 @@ def import_(
 
 
 def _persistent_store(config: Path | None) -> StoreTarget:
-    from koboi_cli.stores import store_target
+    from koboi_cli.api import store_target
 
     target = store_target(config)
     if target.is_memory:
@@ -278,7 +288,7 @@ def _with_store(config: Path | None, work: Any) -> Any:
     target = _persistent_store(config)
 
     async def go() -> Any:
-        from koboi_cli.stores import open_store
+        from koboi_cli.api import open_store
 
         async with open_store(target) as store:
             return await work(store)
@@ -304,7 +314,7 @@ def _summary(workflow: StoredWorkflow) -> dict[str, Any]:
 @workflows_app.command("list")
 def workflows_list(config: StoreConfigOpt = None, as_json: JsonOpt = False) -> None:
     """The stored workflows, by name."""
-    from koboi_cli.style import Style, err, table, write
+    from koboi_cli.api import Style, err, table, write
     from koboi_replay.workflows import list_workflows
 
     async def work(store: Store) -> Any:
@@ -340,7 +350,7 @@ def workflows_list(config: StoreConfigOpt = None, as_json: JsonOpt = False) -> N
 @workflows_app.command("show")
 def workflows_show(name: NameArg, config: StoreConfigOpt = None, as_json: JsonOpt = False) -> None:
     """A stored workflow: where it came from, its versions, and its config."""
-    from koboi_cli.style import write
+    from koboi_cli.api import write
     from koboi_replay.workflows import get_workflow
 
     async def work(store: Store) -> Any:
@@ -374,7 +384,7 @@ def workflows_export(
     name: NameArg, output: OutputOpt, config: StoreConfigOpt = None, force: ForceOpt = False
 ) -> None:
     """Write a stored workflow back to a bundle file (run it with koboi run FILE -m ...)."""
-    from koboi_cli.style import write
+    from koboi_cli.api import write
     from koboi_replay.workflows import get_workflow
 
     if output.exists() and not force:
@@ -391,7 +401,7 @@ def workflows_export(
 @workflows_app.command("delete")
 def workflows_delete(name: NameArg, config: StoreConfigOpt = None) -> None:
     """Delete a stored workflow."""
-    from koboi_cli.style import write
+    from koboi_cli.api import write
     from koboi_replay.workflows import delete_workflow
 
     async def work(store: Store) -> None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from koboi.secrets import find_secrets, is_secret_name
 from koboi_replay.errors import BundleError
 
 if TYPE_CHECKING:
@@ -33,41 +34,14 @@ if TYPE_CHECKING:
     from koboi.plugins import Catalog
 
 SECRET_PREFIX = "KOBOI_SECRET_"
-_SECRET_WORDS = (
-    "api_key",
-    "apikey",
-    "token",
-    "password",
-    "passwd",
-    "secret",
-    "authorization",
-    "cookie",
-    "credential",
-    "credentials",
-    "private_key",
-)
 _REFERENCE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::-?[^}]*)?\}")
 _VARIABLE = re.compile(r"(?<!\$)\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<default>:-?[^}]*)?\}")
-# Credentials recognisable by their shape; the group "secret" is the part replaced.
-_SHAPES: tuple[re.Pattern[str], ...] = (
-    re.compile(r"\b(?:Bearer|Basic|Token)\s+(?P<secret>[A-Za-z0-9._~+/=-]{8,})", re.IGNORECASE),
-    re.compile(
-        r"(?P<secret>\b(?:sk|rk)[-_][A-Za-z0-9_-]{16,}"
-        r"|\bgh[pousr]_[A-Za-z0-9]{20,}"
-        r"|\bgithub_pat_[A-Za-z0-9_]{20,}"
-        r"|\bxox[abprs]-[A-Za-z0-9-]{10,}"
-        r"|\bAKIA[0-9A-Z]{16}\b"
-        r"|\bAIza[0-9A-Za-z_-]{30,}"
-        r"|\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)"
-    ),
-    re.compile(r"[a-z][a-z0-9+.-]*://[^\s:/@]+:(?P<secret>[^\s@/$]+)@"),
-)
 
 
 def is_secret_key(key: str) -> bool:
-    """True when a config key names a secret (``api_key``, ``auth_token``...)."""
-    name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key).lower().replace("-", "_")
-    return any(name == word or name.endswith("_" + word) for word in _SECRET_WORDS)
+    """True when a config key names a secret (``api_key``, ``auth_token``...): the
+    kernel's one rule, :func:`koboi.secrets.is_secret_name`."""
+    return is_secret_name(key)
 
 
 def _holds_literal(text: str) -> bool:
@@ -129,17 +103,12 @@ def remove_secrets(raw: Mapping[str, Any]) -> CleanConfig:
             variable = variable_for(path)
             redactions.append(Redaction(path, variable))
             return f"${{{variable}}}"
-        for shape in _SHAPES:
-            # Each replacement removes one match (a reference never matches a shape);
-            # the bound only guards against a pattern that would.
-            for _ in range(100):
-                match = shape.search(value)
-                if match is None:
-                    break
-                variable = variable_for(path)
-                redactions.append(Redaction(path, variable))
-                start, end = match.span("secret")
-                value = f"{value[:start]}${{{variable}}}{value[end:]}"
+        # Credentials recognisable by their shape (the kernel's detectors), last first
+        # so the earlier spans stay where they are.
+        for finding in reversed(find_secrets(value)):
+            variable = variable_for(path)
+            redactions.append(Redaction(path, variable))
+            value = f"{value[: finding.start]}${{{variable}}}{value[finding.end :]}"
         return value
 
     cleaned = clean(dict(raw), "", "")
@@ -203,18 +172,26 @@ def portable_config(
     at all. ``overrides`` replaces whole sections (the replay's own store and
     cache) without changing the config's hash, which stays the hash of the
     config as the bundle holds it. With ``keyless``, provider options are
-    validated as under ``cache.mode: replay``: no provider is called, so none
-    needs a key.
+    validated as under ``cache.mode: replay`` (the validation's cache mode,
+    given to the kernel explicitly, never through the environment): no provider
+    is called, so none needs a key. The config then says it was validated for
+    ``replay`` (``config.cache_mode``); whoever runs it passes the mode it runs
+    with (a bundle replay: ``live``).
     """
     from koboi.config import config_hash, validate_config
 
     variables = dict(env)
     for name in referenced_variables(raw):
         variables.setdefault(name, "")
-    if keyless:
-        variables["KOBOI_CACHE_MODE"] = "replay"
     data = {**raw, **(overrides or {})}
-    config = validate_config(data, catalog, source=Path(label), base_dir=base_dir, env=variables)
+    config = validate_config(
+        data,
+        catalog,
+        source=Path(label),
+        base_dir=base_dir,
+        env=variables,
+        cache_mode="replay" if keyless else None,
+    )
     config.raw = dict(raw)
     config.config_hash = config_hash(raw)
     return config

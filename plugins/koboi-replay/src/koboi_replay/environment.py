@@ -1,4 +1,5 @@
-"""The versions a bundle records (koboi, Python, every plugin) and how a replay compares them."""
+"""What a bundle records of its environment (koboi, Python, every plugin, the model's cache
+identity) and how a replay compares it."""
 
 from __future__ import annotations
 
@@ -81,3 +82,50 @@ def differences(recorded: Mapping[str, Any], host: PluginHost) -> list[str]:
                 f"recorded with {label} {plugin.get('version')}, this is {current.version}"
             )
     return notes
+
+
+async def model_identity(
+    config: AgentConfig, host: PluginHost
+) -> tuple[dict[str, Any] | None, str]:
+    """The cache identity of the provider ``config`` builds, and a note when there is none.
+
+    The kernel hashes it into the request keys it journals (``side_call_started.key``,
+    a rewritten request's ``key``); a replay's provider reports it, so those keys come
+    out as recorded. The provider is built (never called) and closed again. An
+    identity that would carry a credential (the contract forbids it, a plugin may
+    still) is not kept: secrets never enter a bundle.
+    """
+    from koboi.errors import describe_error
+    from koboi.models import build_model
+    from koboi_replay.config_text import remove_secrets
+
+    try:
+        provider = build_model(config, host.catalog(), None, mode="live")
+    except Exception as exc:  # capture goes on without the identity, and says why
+        return (
+            None,
+            f"the model could not be built here to take its identity ({describe_error(exc)})",
+        )
+    try:
+        identity = provider.cache_identity()
+    finally:
+        await provider.aclose()
+    if remove_secrets({"identity": identity}).redactions:
+        return None, "the model's cache identity looks like it holds a credential; it is left out"
+    return identity, ""
+
+
+async def model_window(config: AgentConfig, host: PluginHost) -> int | None:
+    """The context window the provider ``config`` builds states (None when it states
+    none or cannot be built here): a replay's model states it as the recorded one did,
+    so a plugin that fits requests to the window (a context strategy) decides the same."""
+    from koboi.models import build_model
+
+    try:
+        provider = build_model(config, host.catalog(), None, mode="live")
+    except Exception:  # no window to state: the config's own, if it has one, still applies
+        return None
+    try:
+        return provider.context_window()
+    finally:
+        await provider.aclose()

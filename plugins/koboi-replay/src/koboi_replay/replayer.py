@@ -4,28 +4,33 @@ The replay is the real agent loop (:class:`koboi.KoboiAgent`) with four parts
 swapped for ones that answer from the bundle (:mod:`koboi_replay.served`) and
 a store that compares (:mod:`koboi_replay.comparing_store`), so nothing in the
 kernel knows it is being replayed. Each recorded run is run again the way it
-ran: a new message for ``run_started``, a resume for ``run_resumed``. A run
-whose process was killed is replayed up to the point where its journal ends;
-the next run then resumes from the replayed journal, as ``koboi run --resume``
-did.
+ran, with the trace context it was given: a new message for ``run_started``,
+the same direct tool call for ``run_started`` of kind ``tool_call``, a resume
+for ``run_resumed`` (with the recorded reply when it continued a suspended
+run). A run whose process was killed is replayed up to the point where its
+journal ends; the next run then resumes from the replayed journal, as ``koboi
+run --resume`` did.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from koboi import journal as J
 from koboi.errors import KoboiError, describe_error
 from koboi.sandbox import Sandbox
 from koboi.tools import Tool
+from koboi.tracing import TraceContext
 from koboi_replay import bundle as B
 from koboi_replay import config_text, environment, recording
 from koboi_replay.comparing_store import CrashPointReached, ReplayDiverged, ReplayStore
 from koboi_replay.errors import BundleError, ReplayError
+from koboi_replay.recorded_tools import recorded_toolsets
 from koboi_replay.recording import mapping
 from koboi_replay.report import Divergence, ReplayReport, ToolsMode
 from koboi_replay.served import Cursor, ReplayApprover, ReplayProvider, ReplaySandbox
@@ -114,10 +119,13 @@ async def replay_bundle(
             f"run to replay; run it with: koboi run {label} -m MESSAGE"
         )
     override = os.environ.get("KOBOI_CACHE_MODE", "").strip().lower()
-    if override not in ("", "live"):
+    if override not in ("", "live", "replay"):
+        # The replay passes its own mode to the kernel, so the variable would not apply;
+        # a user who set it to record or fill a cache is told so instead of ignored.
         raise ReplayError(
             f"KOBOI_CACHE_MODE={override} is set, but a bundle replay answers every model call "
-            "from the bundle; unset KOBOI_CACHE_MODE"
+            "from the bundle: it calls no model and writes no response cache; unset "
+            "KOBOI_CACHE_MODE"
         )
     host = host or default_host()
     events = bundle.events()
@@ -131,6 +139,7 @@ async def replay_bundle(
     except (KeyError, TypeError, ValueError) as exc:
         raise BundleError(f"{label}: a served record is malformed ({exc})") from None
     config = replay_config(bundle, host, base_dir=base_dir or Path.cwd(), label=label)
+    identity, identity_note = await _recorded_identity(bundle, config, host)
     session_id = events[0].session_id or "replay"
     store = ReplayStore(events, bundle.records(B.AUDIT))
     cursor = Cursor()
@@ -145,15 +154,32 @@ async def replay_bundle(
     agent = KoboiAgent(
         config,
         host=host,
-        provider=ReplayProvider(model_calls, cursor),
+        provider=ReplayProvider(
+            model_calls,
+            cursor,
+            identity=identity,
+            window=await environment.model_window(config, host),
+        ),
         store=store,
         sandbox=sandbox,
         approver=ReplayApprover(approvals, cursor),
         extra_tools=extra_tools,
-        # As recorded: an autonomous run (a job) decides differently (the C3 rule).
-        autonomous=bool(events[0].data.get("autonomous", False)),
+        # Recorded: the toolsets' tools as the journal defined them; no server is reached.
+        # Live: the plugins' toolsets connect, and their tools run for real.
+        toolsets=recorded_toolsets(events, store) if tools == "recorded" else (),
+        plugin_toolsets=tools == "live",
+        # As recorded: an autonomous run (a job) decides differently (the unattended-destruction rule).
+        autonomous=bool(J.RUN_STARTED.of(events[0]).get("autonomous", False)),
+        # Answers come from the bundle: no response cache, whatever the config (validated
+        # keyless, as for cache.mode replay) or the environment says.
+        cache_mode="live",
     )
     notes = environment.differences(mapping(bundle.manifest.get("versions")), host)
+    if identity_note:
+        notes.append(
+            f"the bundle does not record its model's identity and {identity_note}: request keys "
+            "(side calls, rewritten requests) will differ"
+        )
     started = time.perf_counter()
     async with agent:
         for run in runs:
@@ -179,6 +205,8 @@ async def replay_bundle(
                 "the replay did not write this audit record",
             )
         )
+    if store.divergence is not None and not store.divergence.reason:
+        store.divergence.reason = explain(store.divergence, host, tools)
     return ReplayReport(
         session_id=session_id,
         tools=tools,
@@ -193,19 +221,51 @@ async def replay_bundle(
     )
 
 
+async def _recorded_identity(
+    bundle: B.Bundle, config: AgentConfig, host: PluginHost
+) -> tuple[dict[str, Any] | None, str]:
+    """The recorded provider's cache identity: the manifest's (capture took it where the
+    session ran), else that of the provider the config builds here (a format-1 bundle);
+    and a note when there is none."""
+    recorded = mapping(mapping(bundle.manifest.get("model")).get("identity"))
+    if recorded:
+        return recorded, ""
+    return await environment.model_identity(config, host)
+
+
+async def _drain(events: AsyncGenerator[Any, None]) -> None:
+    async with aclosing(events) as stream:
+        async for _ in stream:
+            pass
+
+
 async def _replay_run(
     agent: KoboiAgent, run: recording.RecordedRun, session_id: str, store: ReplayStore
 ) -> bool:
-    """Replay one recorded run; False when the replay cannot go on (it diverged)."""
-    events = (
-        agent.stream(run.input, session_id=session_id)
-        if run.kind == "run_started"
-        else agent.resume(session_id)
-    )
+    """Replay one recorded run the way it ran; False when the replay cannot go on.
+
+    A new message for ``run_started``; the same direct tool call, with its
+    recorded call id, for ``run_started`` of kind ``tool_call``; a resume for
+    ``run_resumed``, with the recorded reply when it continued a suspended run.
+    Each is given the trace context it was given, so the journaled trace ids are
+    the recorded ones (a resume given none goes on in the trace of its run, as
+    recorded).
+    """
+    trace = TraceContext.from_data(run.trace) if run.trace is not None else None
     try:
-        async with aclosing(events) as stream:
-            async for _ in stream:
-                pass
+        if run.kind == J.RUN_RESUMED:
+            await _drain(agent.resume(session_id, reply=run.reply, trace=trace))
+        elif run.call is not None:
+            call = run.call
+            await agent.call_tool(
+                str(call.get("name", "")),
+                mapping(call.get("arguments")),
+                session_id=session_id,
+                trace=trace,
+                call_id=str(call.get("id", "")) or None,
+            )
+        else:
+            await _drain(agent.stream(run.input, session_id=session_id, trace=trace))
     except CrashPointReached:
         pass
     except ReplayDiverged:
@@ -219,3 +279,34 @@ async def _replay_run(
         store.missing_next("the replayed run ended before this event")
         return False
     return True
+
+
+def explain(divergence: Divergence, host: PluginHost, tools: ToolsMode) -> str:
+    """Why a divergence probably happened, when the events say (else "")."""
+    expected, actual = divergence.expected or {}, divergence.actual or {}
+    expected_type, actual_type = str(expected.get("type", "")), str(actual.get("type", ""))
+    if J.is_plugin_event(expected_type) and expected_type != actual_type:
+        plugin = expected_type.split(".", 1)[0]
+        info = host.get(plugin)
+        if info is None or info.status != "loaded":
+            return (
+                f"the recording has an event of plugin {plugin!r}, which is not installed (or "
+                "not loaded) here: nothing in this replay writes it"
+            )
+        return f"plugin {plugin!r} did not record this event in the replay"
+    if J.SIDE_CALL_STARTED in (expected_type, actual_type):
+        if expected_type == actual_type:
+            return (
+                "a plugin asked the model a different side call (another purpose or request) "
+                "than in the recording"
+            )
+        if expected_type == J.SIDE_CALL_STARTED:
+            where = (
+                "; if the tool itself asked it (ctx.model), replay with --tools live: under "
+                "--tools recorded the tool does not run"
+                if tools == "recorded" and actual_type == J.TOOL_CALL_FINISHED
+                else ""
+            )
+            return f"the recording made a side call here that the replay did not make{where}"
+        return "a plugin asked the model a side call the recording did not make"
+    return ""

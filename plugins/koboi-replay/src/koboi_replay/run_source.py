@@ -15,7 +15,6 @@ so ``koboi run`` hands bundles here with all its options:
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -70,8 +69,7 @@ def run(path: Path, options: Mapping[str, Any]) -> int:
 
 
 def replay(bundle: B.Bundle, path: Path, *, tools: str, as_json: bool) -> int:
-    from koboi_cli import host
-    from koboi_cli.style import err, write
+    from koboi_cli.api import err, get_host, write
     from koboi_replay.replayer import replay_bundle, tools_mode
 
     mode = tools_mode(tools)
@@ -79,7 +77,7 @@ def replay(bundle: B.Bundle, path: Path, *, tools: str, as_json: bool) -> int:
         lambda: replay_bundle(
             bundle,
             tools=mode,
-            host=host.get_host(),
+            host=get_host(),
             base_dir=Path.cwd(),
             label=str(path),
         )
@@ -138,10 +136,17 @@ def describe_divergence(divergence: Divergence, report: ReplayReport) -> str:
 
 
 def _mask(value: Any, stream: str) -> Any:
-    from koboi_cli.redact import mask_strings, redact_event_data
+    """Secrets masked, as ``koboi show`` masks them. A kernel event's fields are masked
+    by what they are (tool arguments, responses); any other event — a plugin's, or a type
+    this kernel does not know — is shown as it is, every string masked by value, never
+    read as a kernel event."""
+    from koboi.journal import KINDS_BY_NAME
+    from koboi_cli.api import mask_strings, redact_event_data
 
     if isinstance(value, dict) and stream == "events" and isinstance(value.get("data"), dict):
-        return {**value, "data": redact_event_data(str(value.get("type")), value["data"])}
+        kind = str(value.get("type"))
+        if kind in KINDS_BY_NAME:
+            return {**value, "data": redact_event_data(kind, value["data"])}
     return mask_strings(value)
 
 
@@ -157,7 +162,7 @@ def _cut(text: str, limit: int = SHOWN_CHARS) -> str:
 
 def _window(expected: Any, actual: Any) -> tuple[str, str]:
     """Both values as JSON (secrets masked); long strings around where they first differ."""
-    from koboi_cli.redact import mask_strings
+    from koboi_cli.api import mask_strings
 
     if isinstance(expected, str) and isinstance(actual, str):
         a, b = mask_strings(expected), mask_strings(actual)
@@ -190,7 +195,7 @@ def _masked_report(report: ReplayReport) -> dict[str, Any]:
     divergence = data.get("divergence")
     if divergence:
         stream = divergence["stream"]
-        from koboi_cli.redact import mask_strings
+        from koboi_cli.api import mask_strings
 
         for key in ("expected", "actual"):
             if divergence[key] is not None:
@@ -203,31 +208,36 @@ def _masked_report(report: ReplayReport) -> dict[str, Any]:
 # -- running a bundle's config ------------------------------------------------------------
 
 
-def bundle_config(bundle: B.Bundle, path: Path) -> AgentConfig:
+def bundle_config(bundle: B.Bundle, path: Path, *, cache_mode: str | None = None) -> AgentConfig:
     """The bundle's config, loaded as a config file in the working directory would be.
 
     ``${VAR}`` references take their values from the environment (and ``.env``);
-    an unset one is an error naming it, as for any config.
+    an unset one is an error naming it, as for any config. ``cache_mode``, when
+    given, is the response cache mode it is validated (and run) for, as
+    ``koboi run CONFIG --cache-mode`` does.
     """
     from koboi.config import load_env_files, validate_config
-    from koboi_cli import host
+    from koboi_cli.api import get_host
     from koboi_replay.config_text import parse_yaml
 
     label = f"{path} ({B.CONFIG})"
     raw = parse_yaml(bundle.config_text, label)
     base_dir = Path.cwd()
     load_env_files(base_dir)
-    return validate_config(raw, host.get_host().catalog(), source=Path(label), base_dir=base_dir)
+    return validate_config(
+        raw,
+        get_host().catalog(),
+        source=Path(label),
+        base_dir=base_dir,
+        cache_mode=cache_mode,
+    )
 
 
 def run_config_of(bundle: B.Bundle, path: Path, options: Mapping[str, Any], mode: Any) -> int:
-    from koboi_cli.cmd_run import run_config
-    from koboi_cli.style import err
+    from koboi_cli.api import err, run_config
 
-    if mode is not None:
-        # As koboi run CONFIG --cache-mode: the one override the kernel reads.
-        os.environ["KOBOI_CACHE_MODE"] = str(mode)
-    config = bundle_config(bundle, path)
+    cache_mode = str(mode) if mode is not None else None
+    config = bundle_config(bundle, path, cache_mode=cache_mode)
     cache = bundle.records(B.CACHE)
     prepare = None
     if cache and mode in ("replay", "cache"):
@@ -245,17 +255,22 @@ def run_config_of(bundle: B.Bundle, path: Path, options: Mapping[str, Any], mode
         assume_yes=bool(options.get("assume_yes")),
         resume=options.get("resume"),
         prepare=prepare,
+        cache_mode=cache_mode,
     )
 
 
 async def seed_cache(store: Store, entries: list[dict[str, Any]]) -> int:
-    """Put a bundle's cache entries into ``store``; an entry already there is kept."""
+    """Put a bundle's cache entries into ``store``'s response cache; an entry already
+    there is kept."""
+    from koboi.store import cache_of
+
+    cache = cache_of(store, f"seeding the response cache from a bundle's {B.CACHE}")
     added = 0
     for item in entries:
         key, entry = item.get("key"), item.get("entry")
         if not isinstance(key, str) or not isinstance(entry, dict):
             raise ReplayError(f"{B.CACHE}: every line needs a key and an entry")
-        if await store.cache_get(key) is None:
-            await store.cache_put(key, entry)
+        if await cache.cache_get(key) is None:
+            await cache.cache_put(key, entry)
             added += 1
     return added

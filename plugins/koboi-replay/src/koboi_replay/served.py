@@ -1,10 +1,12 @@
 """The parts of a replayed agent that answer from the bundle instead of the world.
 
 - :class:`ReplayProvider` answers the n-th model call of each run with the
-  recorded answer (or the recorded failure), reporting again the provider
-  events the recorded call reported;
-- :class:`ReplaySandbox` returns each tool call's recorded result, or runs the
-  tool in the config's real sandbox (``--tools live``);
+  recorded answer (or the recorded failure), and each side call a plugin makes
+  with the recorded side call of the same purpose and request, reporting again
+  the provider events the recorded call reported;
+- :class:`ReplaySandbox` returns each tool call's recorded result (or suspends
+  the run again where the tool suspended it), or runs the tool in the config's
+  real sandbox (``--tools live``);
 - :class:`ReplayApprover` gives each approval the recorded decision.
 
 Work the recorded process never finished (it was killed while a model call,
@@ -24,11 +26,12 @@ import anyio
 from pydantic import BaseModel
 
 from koboi.approval import ApprovalDecision, ApprovalRequest, Approver
-from koboi.errors import KoboiError
+from koboi.errors import KoboiError, ProviderError, Suspend
 from koboi.messages import ModelRequest, ModelResponse, ModelStreamEvent, ResponseDone, TextDelta
-from koboi.models import describe_request
+from koboi.models import describe_request, request_key
 from koboi.provider import ModelProvider, report
 from koboi.sandbox import DEFAULT_OUTPUT_LIMIT, ProcessResult, Sandbox
+from koboi.sidecalls import call_purpose
 from koboi.tools import Tool, ToolContext, ToolResult
 from koboi_replay import bundle as B
 from koboi_replay import recording
@@ -50,7 +53,11 @@ class Cursor:
     """The recorded run being replayed, and how far into it the replay is."""
 
     run: recording.RecordedRun | None = None
+    #: The loop's own model calls asked so far in this run.
     model_calls: int = 0
+    #: Side calls asked so far in this run, by purpose; and the recorded ones served.
+    side_calls: dict[str, int] = field(default_factory=dict)
+    side_served: set[tuple[str, int]] = field(default_factory=set)
     #: Tool results handed out in this run (their keys), for the recorded order.
     handed: set[tuple[int, str]] = field(default_factory=set)
     order: list[tuple[int, str]] = field(default_factory=list)
@@ -61,6 +68,8 @@ class Cursor:
     def start(self, run: recording.RecordedRun) -> None:
         self.run = run
         self.model_calls = 0
+        self.side_calls = {}
+        self.side_served = set()
         self.handed = set()
         self.order = [key for key, _ in run.outcome_order]
         self.waits_for = {
@@ -82,37 +91,103 @@ class Cursor:
             self.next_in_order += 1
 
 
+#: Who a replay's provider says it is when the bundle does not say who answered.
+FALLBACK_IDENTITY: dict[str, Any] = {"provider": "replay"}
+
+
 class ReplayProvider(ModelProvider):
-    """Answers each model call with the recorded answer of the same call of the same run."""
+    """Answers each model call with the recorded answer of the same call of the same run.
+
+    The loop's own calls are served in order (the n-th call of a run gets the
+    n-th recorded answer); a plugin's side call (``run.model.complete(...,
+    purpose=...)``, told apart by :func:`koboi.sidecalls.call_purpose`) gets the
+    recorded side call of its run and purpose that asked the same request (the
+    first not yet served, in the recorded order), so a plugin that asks
+    something else gets no answer and a message that says so.
+
+    ``identity`` is the recorded provider's cache identity: the kernel journals
+    request keys (side calls, rewritten requests) hashed with it, so the
+    replayed keys are the recorded ones. ``window`` is the context window the
+    recorded provider states, for plugins that fit requests to it.
+    """
 
     name = "replay"
     model = "recorded"
 
-    def __init__(self, calls: Mapping[tuple[int, int], Mapping[str, Any]], cursor: Cursor) -> None:
+    def __init__(
+        self,
+        calls: Mapping[recording.ModelCallKey, Mapping[str, Any]],
+        cursor: Cursor,
+        *,
+        identity: Mapping[str, Any] | None = None,
+        window: int | None = None,
+    ) -> None:
         self._calls = calls
+        self._window = window
         self._cursor = cursor
+        self._identity = dict(identity) if identity else dict(FALLBACK_IDENTITY)
+        self._side: dict[tuple[int, str], list[int]] = {}
+        for run, purpose, number in sorted(
+            (k for k in calls if k[1] is not None), key=lambda k: (k[0], str(k[1]), k[2])
+        ):
+            self._side.setdefault((run, str(purpose)), []).append(number)
 
     def cache_identity(self) -> dict[str, Any]:
-        return {"provider": self.name}
+        return dict(self._identity)
+
+    def context_window(self) -> int | None:
+        return self._window
 
     def _next(self, request: ModelRequest) -> Mapping[str, Any]:
+        purpose = call_purpose()
         cursor = self._cursor
-        cursor.model_calls += 1
-        run, number = cursor.index, cursor.model_calls
-        entry = self._calls.get((run, number))
-        if entry is None:
-            raise ReplayError(
-                f"replay: the bundle has no recorded answer for model call {number} of run {run} "
-                f"({describe_request(request)})"
-            )
+        run = cursor.index
+        if purpose is not None:
+            entry = self._side_call(run, purpose, request)
+            what = f"side call {entry.get('call')} ({purpose})"
+        else:
+            cursor.model_calls += 1
+            number = cursor.model_calls
+            found = self._calls.get((run, None, number))
+            if found is None:
+                raise ReplayError(
+                    f"replay: the bundle has no recorded answer for model call {number} of run "
+                    f"{run} ({describe_request(request)})"
+                )
+            entry, what = found, f"model call {number}"
         if entry.get("outcome") == "interrupted":
-            raise InFlight(
-                f"replay: the recorded process died during model call {number} of run {run}"
-            )
+            raise InFlight(f"replay: the recorded process died during {what} of run {run}")
         for item in entry.get("reports") or ():
             details = mapping(item.get("data"))
             report(str(item.get("kind", "")), **details)
         return entry
+
+    def _side_call(self, run: int, purpose: str, request: ModelRequest) -> Mapping[str, Any]:
+        cursor = self._cursor
+        asked = cursor.side_calls[purpose] = cursor.side_calls.get(purpose, 0) + 1
+        recorded = self._side.get((run, purpose), [])
+        left = [n for n in recorded if (purpose, n) not in cursor.side_served]
+        if not left:
+            raise ReplayError(
+                f"replay: a plugin asks the model a side call for {purpose!r} (its call "
+                f"{asked} for it in run {run}) that the recording never made: the recorded run "
+                f"made {len(recorded)}; the plugin asks something the recorded one did not "
+                f"({describe_request(request)})"
+            )
+        key = request_key(self._identity, request)
+        number = next((n for n in left if self._calls[(run, purpose, n)].get("key") == key), None)
+        if number is None:
+            recorded_key = str(self._calls[(run, purpose, left[0])].get("key") or "")
+            if recorded_key:
+                raise ReplayError(
+                    f"replay: side call {asked} for {purpose!r} in run {run} asks the model "
+                    f"something other than the recording did (request key {key[:12]}..., "
+                    f"recorded {recorded_key[:12]}...): the plugin asks another question "
+                    f"({describe_request(request)})"
+                )
+            number = left[0]  # a record without its key (edited by hand): served in order
+        cursor.side_served.add((purpose, number))
+        return self._calls[(run, purpose, number)]
 
     @staticmethod
     def _response(entry: Mapping[str, Any]) -> ModelResponse:
@@ -121,9 +196,13 @@ class ReplayProvider(ModelProvider):
         try:
             return ModelResponse.model_validate(entry["response"])
         except (KeyError, ValueError) as exc:
+            purpose = entry.get("purpose")
+            what = f"model call {entry.get('call')}"
+            if purpose is not None:
+                what = f"side call {entry.get('call')} ({purpose})"
             raise BundleError(
-                f"{B.MODEL_CALLS}: the answer to model call {entry.get('call')} of run "
-                f"{entry.get('run')} is damaged ({exc})"
+                f"{B.MODEL_CALLS}: the answer to {what} of run {entry.get('run')} is damaged "
+                f"({exc})"
             ) from None
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
@@ -139,8 +218,12 @@ class ReplayProvider(ModelProvider):
         yield ResponseDone(response=response)
 
 
-class RecordedFailure(KoboiError):
-    """A model call that failed in the recording fails again, with the recorded message."""
+class RecordedFailure(ProviderError):
+    """A model call that failed in the recording fails again, with the recorded message.
+
+    A :class:`~koboi.errors.ProviderError`, as a provider's failure is: a side
+    call raises it to its plugin as it is, so the journaled error is the recorded one.
+    """
 
 
 class ReplaySandbox(Sandbox):
@@ -193,6 +276,14 @@ class ReplaySandbox(Sandbox):
         try:
             if self.live is not None:
                 return await self.live.run_tool(tool, args, ctx)
+            if entry is not None and entry.get("outcome") == "suspended":
+                # The tool suspended the run (ctx.suspend): it does so again, before doing
+                # anything, and runs again with the reply when the run is continued.
+                raise Suspend(
+                    str(entry.get("reason", "")),
+                    kind=str(entry.get("kind") or "input"),
+                    data=mapping(entry.get("data")),
+                )
             if entry is None:
                 raise ReplayError(
                     f"replay: the bundle has no recorded result for tool call {ctx.call_id} "

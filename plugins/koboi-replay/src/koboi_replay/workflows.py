@@ -1,8 +1,10 @@
 """Stored workflows: workflow bundles kept in the store, by name (``koboi import``, ``koboi workflows``).
 
-Each is a keyed record of kind ``workflow`` (``Store.record_put``), holding the
-bundle's manifest and files. A stored workflow is checked again whenever it is
-read back: a record changed in the database is refused, as a changed file is.
+Each is a keyed record of kind ``workflow`` (the store's
+:class:`~koboi.store.KeyedRecords` capability; a store without it is refused in
+one line naming the feature), holding the bundle's manifest and files. A stored
+workflow is checked again whenever it is read back: a record changed in the
+database is refused, as a changed file is.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from koboi_replay import bundle as B
 from koboi_replay.errors import BundleError, WorkflowError
 
 if TYPE_CHECKING:
-    from koboi.store import Store
+    from koboi.store import KeyedRecords, Store
 
 KIND = "workflow"
+#: What needs the store's keyed records, as a MissingCapability names it.
+FEATURE = "stored workflows (koboi import, koboi workflows)"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -38,6 +42,12 @@ class StoredWorkflow:
     @property
     def checksum(self) -> str:
         return self.bundle.checksum
+
+
+def _records(store: Store) -> KeyedRecords:
+    from koboi.store import records_of
+
+    return records_of(store, FEATURE)
 
 
 def check_name(name: str) -> str:
@@ -73,7 +83,8 @@ async def import_bundle(
             f"koboi run {source} --replay-mode replay, or make a workflow of its config with "
             "koboi export"
         )
-    if not replace and await store.record_get(KIND, name) is not None:
+    records = _records(store)
+    if not replace and await records.record_get(KIND, name) is not None:
         raise WorkflowError(
             f"a workflow named {name!r} is already stored; pass --replace to overwrite it, or "
             "--name to store this one under another name"
@@ -83,7 +94,7 @@ async def import_bundle(
     except UnicodeDecodeError:
         raise BundleError(f"{source}: a workflow bundle holds only text files") from None
     stored = StoredWorkflow(name, time.time(), source, bundle)
-    await store.record_put(
+    await records.record_put(
         KIND,
         name,
         {
@@ -127,7 +138,7 @@ class Listed:
 async def list_workflows(store: Store) -> list[Listed]:
     """Every stored workflow, by name; a damaged one is listed with its problem."""
     listed: list[Listed] = []
-    for key, data in await store.record_list(KIND):
+    for key, data in await _records(store).record_list(KIND):
         try:
             listed.append(Listed(key, _from_record(key, data)))
         except WorkflowError as exc:
@@ -136,14 +147,15 @@ async def list_workflows(store: Store) -> list[Listed]:
 
 
 async def get_workflow(store: Store, name: str) -> StoredWorkflow:
-    data = await store.record_get(KIND, name)
+    records = _records(store)
+    data = await records.record_get(KIND, name)
     if data is None:
-        names = [key for key, _ in await store.record_list(KIND)]
+        names = [key for key, _ in await records.record_list(KIND)]
         known = ", ".join(names) if names else "none (import one with koboi import FLOW.koboi)"
         raise WorkflowError(f"no workflow named {name!r} is stored; stored: {known}")
     return _from_record(name, data)
 
 
 async def delete_workflow(store: Store, name: str) -> None:
-    if not await store.record_delete(KIND, name):
+    if not await _records(store).record_delete(KIND, name):
         raise WorkflowError(f"no workflow named {name!r} is stored; nothing was deleted")
