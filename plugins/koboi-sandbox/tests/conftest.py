@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -26,16 +27,37 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "hard: needs isolation hard (seccomp, Landlock, PID namespaces) on this machine"
     )
+    config.addinivalue_line(
+        "markers",
+        "needs(available, what): needs a feature of this machine (a kernel feature, root); "
+        "skipped without it, failed without it when CI is set",
+    )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    gaps = hard_gaps()
-    if not gaps:
+def _require(available: bool, what: str) -> None:
+    """Skip when this machine lacks a kernel feature — but fail when ``CI`` is set: the CI
+    machines have every feature (``koboi sandbox check`` says so), and a skip there would
+    hide a bug."""
+    if available:
         return
-    skip = pytest.mark.skip(reason=f"isolation hard is not available here: {'; '.join(gaps)}")
-    for item in items:
-        if item.get_closest_marker("hard") is not None:
-            item.add_marker(skip)
+    if os.environ.get("CI"):
+        pytest.fail(f"{what} (CI is set, so this is a failure, not a skip)")
+    pytest.skip(what)
+
+
+@pytest.fixture
+def require() -> Callable[[bool, str], None]:
+    """``require(available, what)``: skip without the feature, fail under ``CI``."""
+    return _require
+
+
+@pytest.fixture(autouse=True)
+def _hard_is_available(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("hard") is not None:
+        gaps = hard_gaps()
+        _require(not gaps, f"isolation hard is not available here: {'; '.join(gaps)}")
+    for marker in request.node.iter_markers("needs"):
+        _require(bool(marker.args[0]), str(marker.args[1]))
 
 
 @pytest.fixture

@@ -37,6 +37,7 @@ __all__ = [
     "abi_version",
     "handled_fs_access",
     "restrict_self",
+    "scopes",
 ]
 
 #: What :func:`abi_version` returns when this kernel cannot enforce Landlock at all.
@@ -63,6 +64,10 @@ ACCESS_FS_IOCTL_DEV: Final = 1 << 15  # ABI 5: ioctl on character/block devices
 # Network access rights (ABI 4).
 ACCESS_NET_BIND_TCP: Final = 1 << 0
 ACCESS_NET_CONNECT_TCP: Final = 1 << 1
+
+# Scopes (ABI 6): what a sandboxed process may not reach outside its own domain.
+SCOPE_ABSTRACT_UNIX_SOCKET: Final = 1 << 0
+SCOPE_SIGNAL: Final = 1 << 1
 
 _ACCESS_FS_ABI1: Final = (1 << 13) - 1  # EXECUTE … MAKE_SYM
 #: Rights that make sense on a non-directory; the kernel rejects a rule that grants a
@@ -94,11 +99,12 @@ _SYSCALL_NUMBERS: Final[dict[str, tuple[int, int, int]]] = {
 
 class _RulesetAttr(ctypes.Structure):
     """``struct landlock_ruleset_attr``; the size passed to the kernel says how much of
-    it is meant (8 bytes for filesystem only, 16 with network rights)."""
+    it is meant (8 bytes for filesystem only, 16 with network rights, 24 with scopes)."""
 
     _fields_ = [
         ("handled_access_fs", ctypes.c_uint64),
         ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
     ]
 
 
@@ -196,6 +202,16 @@ def handled_fs_access(abi: int) -> int:
     return access
 
 
+def scopes(abi: int) -> int:
+    """Every scope Landlock ABI ``abi`` knows (ABI 6+: signals, abstract Unix sockets).
+
+    A scoped process cannot send a signal to, or connect to an abstract Unix socket of,
+    a process outside its own Landlock domain: one session's processes cannot kill
+    another's (or koboi) even when they run as the same user.
+    """
+    return SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0
+
+
 def _fail(what: str) -> OSError:
     err = _get_errno()
     return OSError(err, f"{what}: {_strerror(err)}")
@@ -217,12 +233,14 @@ class Ruleset:
         abi: int,
         handled_access_fs: int,
         handled_access_net: int,
+        scoped: int = 0,
         skipped: Sequence[Path] = (),
     ) -> None:
         self.fd = fd
         self.abi = abi
         self.handled_access_fs = handled_access_fs
         self.handled_access_net = handled_access_net
+        self.scoped = scoped
         #: Requested paths that do not exist, so no rule was added for them.
         self.skipped: tuple[Path, ...] = tuple(skipped)
 
@@ -234,6 +252,7 @@ class Ruleset:
         read_write: Sequence[Path],
         abi: int | None = None,
         deny_tcp: bool = True,
+        scope: bool = True,
     ) -> Self:
         """Build a ruleset that allows only ``read_only`` and ``read_write`` hierarchies.
 
@@ -242,7 +261,8 @@ class Ruleset:
         device such as ``/dev/null``) keeps only the file rights among those. Everything
         else on the filesystem is denied, including ``/proc`` unless listed. With
         ``deny_tcp`` on ABI 4+, TCP bind and connect are handled with no rule allowing
-        any port, so both always fail with EACCES.
+        any port, so both always fail with EACCES. With ``scope`` on ABI 6+, signals and
+        abstract Unix sockets cannot reach a process outside the domain (:func:`scopes`).
 
         ``abi`` pins the ABI the ruleset is written for (default: the kernel's). Raises
         :class:`OSError` when Landlock is unavailable or the kernel rejects a rule.
@@ -256,10 +276,12 @@ class Ruleset:
         assert _syscall is not None  # abi_status() reported Linux with the syscalls
         handled_fs = handled_fs_access(abi)
         handled_net = ACCESS_NET_BIND_TCP | ACCESS_NET_CONNECT_TCP if abi >= 4 and deny_tcp else 0
-        attr = _RulesetAttr(handled_fs, handled_net)
-        # Pass only the part of the struct that is used, so ABI 1-3 kernels (which know
-        # only handled_access_fs) accept it however they treat a longer struct.
-        size = ctypes.sizeof(attr) if handled_net else ctypes.sizeof(ctypes.c_uint64)
+        scoped = scopes(abi) if scope else 0
+        attr = _RulesetAttr(handled_fs, handled_net, scoped)
+        # Pass only the part of the struct that is used, so older kernels (ABI 1-3 know
+        # only handled_access_fs, 4-5 no scopes) accept it however they treat a longer one.
+        field = ctypes.sizeof(ctypes.c_uint64)
+        size = 3 * field if scoped else 2 * field if handled_net else field
         fd = _syscall(_NR_CREATE_RULESET, ctypes.addressof(attr), size, 0, 0)
         if fd < 0:
             raise _fail("landlock_create_ruleset")
@@ -272,7 +294,7 @@ class Ruleset:
                 for path in paths:
                     if not _add_path_rule(fd, Path(path), access):
                         skipped.append(Path(path))
-        except BaseException:
+        except BaseException:  # whatever stops the rules, the ruleset descriptor is closed
             os.close(fd)
             raise
         return cls(
@@ -280,6 +302,7 @@ class Ruleset:
             abi=abi,
             handled_access_fs=handled_fs,
             handled_access_net=handled_net,
+            scoped=scoped,
             skipped=skipped,
         )
 
@@ -303,7 +326,8 @@ class Ruleset:
     def __repr__(self) -> str:
         return (
             f"Ruleset(fd={self.fd}, abi={self.abi}, handled_access_fs={self.handled_access_fs:#x}, "
-            f"handled_access_net={self.handled_access_net:#x}, skipped={list(self.skipped)!r})"
+            f"handled_access_net={self.handled_access_net:#x}, scoped={self.scoped:#x}, "
+            f"skipped={list(self.skipped)!r})"
         )
 
 

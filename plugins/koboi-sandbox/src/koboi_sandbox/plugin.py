@@ -13,10 +13,13 @@ if TYPE_CHECKING:
 
 
 def create_sandbox(options: RestrictedOptions, config: Any) -> RestrictedSandbox:
-    """Build the sandbox from its validated ``sandbox:`` block."""
-    from koboi_sandbox.restricted import RestrictedSandbox
+    """Build the sandbox from its validated ``sandbox:`` block; the config file and the
+    store's directory are kept out of its processes' reach."""
+    from koboi_sandbox.restricted import RestrictedSandbox, koboi_paths
 
-    return RestrictedSandbox(options, base_dir=getattr(config, "base_dir", None))
+    return RestrictedSandbox(
+        options, base_dir=getattr(config, "base_dir", None), private=koboi_paths(config)
+    )
 
 
 @hookimpl

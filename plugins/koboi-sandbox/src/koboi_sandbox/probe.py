@@ -47,8 +47,9 @@ class Capabilities:
     pid_namespaces: bool
     #: The effective uid is 0, so children can be switched to another user.
     root: bool
-    #: Who sandboxed commands run as when koboi runs as root: ``nobody``'s ids, or
-    #: 65534 when the user database has no ``nobody``; None off POSIX.
+    #: ``nobody``'s ids (65534 when the user database has no ``nobody``); None off
+    #: POSIX. Sandboxed commands no longer run as it: as root, each session gets an id
+    #: of its own (:mod:`koboi_sandbox.identity`).
     unprivileged_uid: int | None
     unprivileged_gid: int | None
     #: The kernel supports ``PR_SET_NO_NEW_PRIVS`` (Linux 3.5+).
@@ -60,12 +61,13 @@ class Capabilities:
             user_detail = "no POSIX users on this platform"
         elif self.root:
             user_detail = (
-                f"commands run as uid {self.unprivileged_uid}, gid {self.unprivileged_gid}"
+                "each session's commands run as an unprivileged uid/gid of their own "
+                "(sandbox.session_ids), without capabilities"
             )
         else:
             user_detail = (
-                "koboi is not root, so commands keep its uid "
-                f"{_euid()}; switching to uid {self.unprivileged_uid} needs root"
+                f"koboi is not root, so commands keep its uid {_euid()}; a uid per session "
+                "needs root (sessions are then kept apart by Landlock alone)"
             )
         return [
             ("seccomp filter", self.seccomp, self.seccomp_reason),

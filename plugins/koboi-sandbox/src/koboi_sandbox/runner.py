@@ -12,7 +12,8 @@ order that matters:
    in the namespace — background children, and grandchildren that escaped the
    process group with ``setsid``, included. Killing the waiter kills PID 1
    through its parent-death signal.
-3. resource limits (CPU, address space, file size, processes, open files).
+3. resource limits (CPU, address space, file size, processes, open files), and
+   the umask (``077``: what a command creates is private to its session's user).
 4. Landlock (``no_new_privs`` first): the filesystem the command may touch.
 5. the unprivileged user, when koboi runs as root: no groups, then gid, then
    uid; the capabilities go with uid 0.
@@ -60,6 +61,7 @@ class Confinement:
     uid: int | None = None
     gid: int | None = None
     seccomp_load: Callable[[], None] | None = None
+    umask: int | None = None
 
 
 def make_preexec(confinement: Confinement) -> Callable[[], None]:
@@ -72,6 +74,7 @@ def make_preexec(confinement: Confinement) -> Callable[[], None]:
     uid, gid = confinement.uid, confinement.gid
     seccomp_load = confinement.seccomp_load
     pid_namespace = confinement.pid_namespace
+    umask = confinement.umask
     write = os.write
 
     def fail(what: bytes) -> None:
@@ -98,6 +101,8 @@ def make_preexec(confinement: Confinement) -> Callable[[], None]:
                 setrlimit(kind, (limit, limit))
             except (OSError, ValueError):
                 fail(b"set a resource limit")
+        if umask is not None:
+            os.umask(umask)
         if restrict_self is not None and landlock_fd is not None:
             try:
                 restrict_self(landlock_fd)
@@ -115,7 +120,7 @@ def make_preexec(confinement: Confinement) -> Callable[[], None]:
         if seccomp_load is not None:
             try:
                 seccomp_load()
-            except Exception:
+            except Exception:  # in the child before exec: any failure must stop the exec
                 fail(b"load the seccomp filter")
 
     return preexec
@@ -166,5 +171,5 @@ def make_undumpable() -> bool:
     memory or environment through /proc or attach with ptrace. True on success."""
     try:
         return int(_prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
-    except Exception:
+    except Exception:  # no prctl here (not Linux, no libc): reported as not done
         return False
