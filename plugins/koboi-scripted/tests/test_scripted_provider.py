@@ -228,6 +228,19 @@ async def test_rule_reply_uses_the_last_tool_result() -> None:
 
 
 @pytest.mark.anyio
+async def test_context_added_for_the_call_after_the_result_does_not_hide_it() -> None:
+    """Plugins add call-scope context (system messages) after the conversation."""
+    provider = ScriptedProvider.from_rules([{"match": "go", "tool": "t", "reply": "got {result}"}])
+    user = Message.user("go")
+    first = await complete(provider, user)
+    call = first.message.tool_calls[0]
+    later = await complete(
+        provider, user, first.message, Message.tool_result(call, "42"), Message.system("recalled")
+    )
+    assert later.message.content == "got 42"
+
+
+@pytest.mark.anyio
 async def test_after_the_rule_replied_the_fallback_answers() -> None:
     provider = ScriptedProvider.from_rules([{"match": "go", "tool": "t"}], fallback="done")
     user = Message.user("go")

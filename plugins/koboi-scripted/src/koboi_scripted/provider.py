@@ -188,9 +188,11 @@ class ScriptedProvider(ModelProvider):
                 id=f"call_{turn}_0", name=rule.tool, arguments=fill(rule.arguments, values)
             )
             return Message.assistant(tool_calls=(call,))
-        if rule.tool is not None and after[-1].role == "tool":
+        # Context a plugin added for this call (system messages) follows the result.
+        answered = [m for m in after if m.role != "system"]
+        if rule.tool is not None and answered and answered[-1].role == "tool":
             # The rule's tool has answered: report its result.
-            values["result"] = after[-1].content
+            values["result"] = answered[-1].content
             return Message.assistant(fill(rule.reply or DEFAULT_TOOL_REPLY, values))
         # The rule already had its say for this user message.
         return None
