@@ -72,6 +72,9 @@ YOLO = """
 """
 
 FAST = {
+    # These tests serve several principals (alice, bob) on passthrough: the operator's
+    # opt-in. test_principals.py serves them without it.
+    "shared_sandbox": True,
     "keepalive_seconds": 0.5,
     "key_recheck_seconds": 0.3,
     "poll_seconds": 0.1,
@@ -298,7 +301,8 @@ class ServeProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("KOBOI_DEMO_PAUSE")}
         with self.log_path.open("w") as out:  # the child keeps its own descriptor
             self.proc = self._spawn(out, env)
-        deadline = time.monotonic() + 30
+        # A loaded machine takes 20 s and more to import and start it.
+        deadline = time.monotonic() + 90
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"koboi serve exited at start:\n{self.log()}")
@@ -447,9 +451,11 @@ _SERVER_MODULES = frozenset(
         "test_idempotency",
         "test_jobs",
         "test_jobs_http",
+        "test_jobs_input",
         "test_keys",
         "test_memory",
         "test_ownership",
+        "test_pause_http",
         "test_recovery",
         "test_replicas",
         "test_restart",
@@ -478,3 +484,43 @@ def asgi_server() -> Iterator[Callable[[Any], ThreadServer]]:
     yield start
     for server in reversed(started):
         server.stop()
+
+
+# -- webhook receivers -------------------------------------------------------------------------
+
+
+class PostReceiver:
+    """A loopback HTTP receiver that records the POSTs it is sent: (headers, body)."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        received: list[tuple[dict[str, str], bytes]] = []
+        self.received = received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                received.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[PostReceiver]:
+    """A :class:`PostReceiver` (test_webhooks_delivery.py has a scripted one of its own)."""
+    r = PostReceiver()
+    yield r
+    r.close()

@@ -161,6 +161,39 @@ def test_scope_always_reaches_the_run(thread_server: Any, client: Any, make_key:
     assert again["status"] == "finished", again
 
 
+def test_an_always_approval_over_http_trusts_only_its_own_principal(
+    thread_server: Any, client: Any, make_key: Any, config_path: Path
+) -> None:
+    """Trust crosses no tenant: alice's "always" is alice's trust rule (with koboi-governance),
+    so bob's identical call still asks, and runs only when bob approves it."""
+    server = thread_server()
+    alice = client(server.base_url, make_key("alice"))
+    bob = client(server.base_url, make_key("bob"))
+    waiting = alice.post("/v1/chat", json={"message": "log tenant"}).json()
+    assert waiting["status"] == "awaiting_approval", waiting
+    decided = alice.post(
+        f"/v1/approvals/{waiting['approvals'][0]['approval_id']}",
+        json={"decision": "approve", "scope": "always"},
+    )
+    assert decided.status_code == 200, decided.text
+    # Positive control: alice's identical call, in a new session of hers, does not ask.
+    trusted = alice.post("/v1/chat", json={"message": "log tenant"}).json()
+    assert trusted["status"] == "finished", trusted
+    assert _log(config_path.parent) == "tenant\ntenant\n"
+
+    asked = bob.post("/v1/chat", json={"message": "log tenant"})
+    assert asked.status_code == 202, asked.text
+    assert asked.json()["status"] == "awaiting_approval", asked.text
+    assert _log(config_path.parent) == "tenant\ntenant\n"  # bob's call did not run
+    # Alice cannot decide bob's approval (it is not hers to see), bob can.
+    approval_id = asked.json()["approvals"][0]["approval_id"]
+    assert (
+        alice.post(f"/v1/approvals/{approval_id}", json={"decision": "approve"}).status_code == 404
+    )
+    assert bob.post(f"/v1/approvals/{approval_id}", json={"decision": "deny"}).status_code == 200
+    assert _log(config_path.parent) == "tenant\ntenant\n"
+
+
 def test_an_application_approver_replaces_http_approvals(
     thread_server: Any, client: Any, make_key: Any, config_path: Path
 ) -> None:

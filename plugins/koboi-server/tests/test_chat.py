@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 
 
@@ -212,6 +213,41 @@ def test_a_busy_session_is_409_and_limits_are_429(
     assert alice.post("/v1/chat", json={"message": "What is 1 + 1?"}).status_code == 200
 
 
+def test_the_next_message_right_after_a_final_event_runs_instead_of_busy(
+    config_path: Path, thread_server: Any, client: Any, make_key: Any, events_of: Any
+) -> None:
+    """A client may send its next message as soon as it has the final event (the busy
+    error says so); the run that sent it may still be closing its stream and giving the
+    session's lease back. Here that takes 0.5 s, so the follow-up lands inside it."""
+    from koboi.config import build_store, load_config, resolve_store_url
+    from koboi.plugins import default_host
+
+    catalog = default_host().catalog()
+    loaded = load_config(config_path, catalog)
+    store = build_store(resolve_store_url(loaded, catalog), loaded.base_dir, catalog)
+    release = store.release_lease
+    releasing: list[float] = []
+
+    async def slow_release(lease: Any) -> None:
+        releasing.append(time.monotonic())
+        await anyio.sleep(0.5)
+        await release(lease)
+
+    store.release_lease = slow_release  # type: ignore[method-assign]
+    server = thread_server(store=store)
+    c = client(server.base_url, make_key())
+    with c.stream("POST", "/v1/chat/stream", json={"message": "What is 6 * 7?"}) as response:
+        first = events_of(response)
+    assert first[-1].event == "final" and first[-1].data["outcome"] == "completed"
+    sid = first[-1].data["session_id"]
+    sent = time.monotonic()
+    second = c.post("/v1/chat", json={"message": "And 2 + 2?", "session_id": sid})
+    assert second.status_code == 200, second.text
+    assert second.json()["output"] == "2 + 2 = 4"
+    # The follow-up really came while the first run was giving the session back.
+    assert releasing and releasing[0] + 0.5 > sent, (releasing, sent)
+
+
 def test_concurrent_chats_each_get_their_own_session(thread_server: Any, make_key: Any) -> None:
     server = thread_server()
     key = make_key()
@@ -235,3 +271,56 @@ def test_concurrent_chats_each_get_their_own_session(thread_server: Any, make_ke
         f"{n} + {n} = {2 * n}" for n in range(1, 13)
     )
     assert len({o["session_id"] for o in outputs}) == 12
+
+
+def test_chats_refused_with_429_create_no_session_with_or_without_a_key(
+    thread_server: Any, client: Any, make_key: Any
+) -> None:
+    """The place of a run is reserved before its session is created: of concurrent chats
+    over the principal's limit, the refused ones leave nothing behind (no session, no
+    claim of their Idempotency-Key)."""
+    server = thread_server(settings={"max_runs_per_principal": 1})
+    key = make_key("alice")
+    alice = client(server.base_url, key)
+    gate = threading.Barrier(6)
+    answers: list[tuple[int, dict[str, Any]]] = []
+    status_of: dict[int, int] = {}
+
+    def chat(n: int) -> None:
+        headers = {"Authorization": f"Bearer {key}"}
+        if n % 2 == 0:
+            headers["Idempotency-Key"] = f"limited-{n}"
+        with httpx.Client(base_url=server.base_url, timeout=30) as c:
+            gate.wait()
+            # "log" asks for an approval: the admitted run holds its place meanwhile.
+            answer = c.post("/v1/chat", json={"message": f"log limited-{n}"}, headers=headers)
+            answers.append((answer.status_code, answer.json()))
+            status_of[n] = answer.status_code
+
+    threads = [threading.Thread(target=chat, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    statuses = sorted(status for status, _ in answers)
+    assert statuses == [202, 429, 429, 429, 429, 429], answers
+    assert all(body["error"]["code"] == "too_many_runs" for s, body in answers if s == 429)
+    waiting = next(body for status, body in answers if status == 202)
+    listed = alice.get("/v1/sessions").json()["sessions"]
+    assert [s["id"] for s in listed] == [waiting["session_id"]]
+    # Once the admitted run ends, its place is free again — and a refused key was not
+    # kept: its retry runs.
+    approval = waiting["approvals"][0]["approval_id"]
+    assert alice.post(f"/v1/approvals/{approval}", json={"decision": "deny"}).status_code == 200
+    deadline = time.monotonic() + 10
+    while alice.get(f"/v1/sessions/{waiting['session_id']}").json()["running_here"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    refused = next(n for n in range(0, 6, 2) if status_of[n] == 429)  # keyed, refused
+    retry = alice.post(
+        "/v1/chat",
+        json={"message": f"log limited-{refused}"},
+        headers={"Idempotency-Key": f"limited-{refused}"},
+    )
+    assert retry.status_code == 202 and retry.json()["status"] == "awaiting_approval", retry.text
+    assert "idempotent-replayed" not in retry.headers

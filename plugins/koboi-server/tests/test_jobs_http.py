@@ -9,10 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +232,50 @@ def test_a_job_waits_in_awaiting_approval_until_it_is_approved(
     assert done["status"] == "completed" and done["result"]["output"].startswith("logged: ")
 
 
+def test_a_job_session_is_running_here_only_where_its_job_runs_and_refuses_chat(
+    config_path: Path, thread_server: Any, client: Any, make_key: Any
+) -> None:
+    """``running_here`` is true on the replica whose job runner runs the session (false on
+    another sharing the store), and chat cannot continue a job's session: 409 naming the
+    job's routes, whatever the job's status, with or without an Idempotency-Key."""
+    server = thread_server(config_path, settings=FAST_JOBS)
+    other = thread_server(config_path, settings={**FAST_JOBS, "run_jobs": False})
+    key = make_key()
+    c, elsewhere = client(server.base_url, key), client(other.base_url, key)
+    job = c.post("/v1/jobs", json={"input": "log job-session"}).json()
+    waiting = _wait_for(c, job["id"], "awaiting_approval")
+    sid = waiting["session_id"]
+    assert c.get(f"/v1/sessions/{sid}").json()["running_here"] is True
+    assert elsewhere.get(f"/v1/sessions/{sid}").json()["running_here"] is False
+
+    def refused_chats() -> None:
+        for route in ("/v1/chat", "/v1/chat/stream"):
+            for headers in ({}, {"Idempotency-Key": f"into-the-job{route}"}):
+                answer = c.post(route, json={"message": "hi", "session_id": sid}, headers=headers)
+                assert answer.status_code == 409, (route, headers, answer.text)
+                error = answer.json()["error"]
+                assert (error["code"], error["job_id"]) == ("job_session", job["id"])
+                assert f"POST /v1/jobs/{job['id']}/input" in error["message"]
+
+    refused_chats()
+    pending = c.get(f"/v1/sessions/{sid}/approvals").json()["approvals"]
+    decided = c.post(f"/v1/approvals/{pending[0]['approval_id']}", json={"decision": "approve"})
+    assert decided.status_code == 200
+    done = _wait_for(c, job["id"], "completed", "failed", "cancelled")
+    assert done["status"] == "completed"
+    finished = c.get(f"/v1/sessions/{sid}").json()
+    assert finished["running_here"] is False
+    refused_chats()  # a finished job's session is still the job's
+    # Nothing ran under the refused chats, and their keys were not kept.
+    assert c.get(f"/v1/sessions/{sid}").json()["last_event_id"] == finished["last_event_id"]
+    fresh = c.post(
+        "/v1/chat",
+        json={"message": "log a-chat"},
+        headers={"Idempotency-Key": "into-the-job/v1/chat"},
+    )
+    assert fresh.status_code == 202 and fresh.json()["session_id"] != sid
+
+
 def test_another_principal_gets_404_on_every_job_route(
     write_config: Any, thread_server: Any, client: Any, make_key: Any
 ) -> None:
@@ -406,41 +447,7 @@ def test_two_replicas_on_postgresql_the_survivor_finishes_the_killed_ones_job(
 # -- webhooks --------------------------------------------------------------------------------
 
 
-class _Receiver:
-    """A loopback HTTP receiver that records what it is sent."""
-
-    def __init__(self) -> None:
-        received: list[tuple[dict[str, str], bytes]] = []
-        self.received = received
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                received.append(({k.lower(): v for k, v in self.headers.items()}, body))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                return None
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def receiver() -> Iterator[_Receiver]:
-    r = _Receiver()
-    yield r
-    r.close()
-
-
-def _wait_received(r: _Receiver, count: int) -> None:
+def _wait_received(r: Any, count: int) -> None:
     deadline = time.monotonic() + 15
     while len(r.received) < count:
         assert time.monotonic() < deadline, r.received
@@ -452,7 +459,7 @@ def test_job_finished_webhooks_are_signed_and_verify(
     thread_server: Any,
     client: Any,
     make_key: Any,
-    receiver: _Receiver,
+    receiver: Any,
 ) -> None:
     configured_secret, job_secret = generate_secret(), generate_secret()
     webhooks = f"""
@@ -569,7 +576,7 @@ SHELL = """
 """
 
 
-def test_jobs_follow_the_c3_rule_and_cancel_kills_the_running_process(
+def test_jobs_follow_the_unattended_destruction_rule_and_cancel_kills_the_running_process(
     write_config: Any, thread_server: Any, client: Any, make_key: Any, tmp_path: Path
 ) -> None:
     # A destructive tool without an isolating sandbox: no jobs (chat is not affected).
@@ -647,8 +654,9 @@ def test_the_server_purges_expired_store_rows(
 
     def rows() -> tuple[list[str], int]:
         import sqlite3
+        from contextlib import closing
 
-        with sqlite3.connect(database) as db:
+        with closing(sqlite3.connect(database)) as db, db:
             counters = [row[0] for row in db.execute("SELECT key FROM counters ORDER BY key")]
             (records,) = db.execute("SELECT count(*) FROM records WHERE key = 'msg_old'").fetchone()
         return counters, records
@@ -660,3 +668,30 @@ def test_the_server_purges_expired_store_rows(
     while rows() != (["webhook-claim:msg_live:0"], 0):
         assert time.monotonic() < deadline, rows()
         time.sleep(0.05)
+
+
+def test_a_job_and_a_chat_take_the_text_as_message_or_input(
+    write_config: Any, thread_server: Any, client: Any, make_key: Any
+) -> None:
+    """koboi-agent's {"message": ...} queues a job as written; chat takes "input" too;
+    both names at once, or neither, is a 422 that says so."""
+    config = write_config(JOBS)
+    server = thread_server(config, settings=FAST_JOBS)
+    c = client(server.base_url, make_key(config=config))
+
+    made = c.post("/v1/jobs", json={"message": "log from-message"})
+    assert made.status_code == 202, made.text
+    done = _wait_for(c, made.json()["id"], "completed", "failed", "cancelled")
+    assert done["status"] == "completed", done
+    assert _log(config) == ["from-message"]
+
+    chat = c.post("/v1/chat", json={"input": "log from-input"})
+    assert chat.status_code == 200, chat.text
+    assert chat.json()["outcome"] == "completed"
+    assert _log(config) == ["from-message", "from-input"]
+
+    for body in ({"message": "log a", "input": "log b"}, {"metadata": {}}):
+        refused = c.post("/v1/jobs", json=body)
+        assert refused.status_code == 422, refused.text
+        assert "input" in refused.text and "message" in refused.text
+    assert _log(config) == ["from-message", "from-input"]

@@ -53,6 +53,25 @@ def test_keys_are_stored_hashed_and_verified() -> None:
     anyio.run(main)
 
 
+def test_a_key_is_active_by_its_id_until_it_is_revoked() -> None:
+    """``KeyRing.active(key_id)``: what a login kept by key id (the web console) checks."""
+
+    async def main() -> None:
+        ring = KeyRing(InMemoryStore())
+        key, _ = await ring.create("alice")
+        principal = await ring.active(key.key_id)
+        assert principal is not None and (principal.name, principal.key_id) == (
+            "alice",
+            key.key_id,
+        )
+        for wrong in ("0123456789abcdef", f"koboi_{key.key_id}", key.key_id.upper(), "", "x"):
+            assert await ring.active(wrong) is None
+        await ring.revoke(key.key_id)
+        assert await ring.active(key.key_id) is None
+
+    anyio.run(main)
+
+
 def _koboi(*args: str) -> Any:
     """The ``koboi`` command in this process (the plugin's commands load as in a shell)."""
     from typer.testing import CliRunner

@@ -308,20 +308,27 @@ async def test_a_new_dispatcher_on_the_same_store_file_delivers_what_was_pending
 async def test_an_attempt_whose_dispatcher_died_is_sent_again_after_its_claim_expires(
     db_url: str, receiver: WireServer
 ) -> None:
-    receiver.push(Reply.json({}, hang_before=5.0), Reply.json({"ok": True}))
+    receiver.push(Reply.json({}, hang_before=10.0), Reply.json({"ok": True}))
     async with SQLStore(db_url) as store_a, SQLStore(db_url) as store_b:
-        dying = dispatcher_on(store_a, timeout=0.8, claim_ttl=1.5)
-        survivor = dispatcher_on(store_b, timeout=0.8, claim_ttl=1.5)
+        dying = dispatcher_on(store_a, timeout=0.8, claim_ttl=3.0)
+        survivor = dispatcher_on(store_b, timeout=0.8, claim_ttl=3.0)
         delivery_id = await dying.enqueue(receiver.url, SECRET, "job.finished", {})
-        with anyio.move_on_after(0.3):  # the dispatcher "dies" mid-request
-            await dying.deliver_due()
+        claimed = time.monotonic()
+        async with anyio.create_task_group() as group:
+            group.start_soon(dying.deliver_due)
+            # The dispatcher "dies" mid-request: once the receiver has the request (on
+            # a loaded machine the first send, which imports httpx, may take a while).
+            with anyio.fail_after(10):
+                while not receiver.requests:  # noqa: ASYNC110 - the receiver is a thread
+                    await anyio.sleep(0.01)
+            group.cancel_scope.cancel()
         assert len(receiver.requests) == 1
 
         # Its claim still holds: the survivor leaves the attempt alone for now...
         assert await survivor.deliver_due() == []
         assert len(receiver.requests) == 1
         # ...and sends it once the claim has expired.
-        await anyio.sleep(1.6)
+        await anyio.sleep(max(0.0, claimed + 3.1 - time.monotonic()))
         [done] = await survivor.deliver_due()
     assert (done.status, done.attempts) == ("delivered", 1)
     assert [r.headers["webhook-id"] for r in receiver.requests] == [delivery_id] * 2
@@ -375,12 +382,14 @@ async def test_a_stale_index_entry_is_repaired_not_sent_twice(
     store: Store, receiver: WireServer
 ) -> None:
     receiver.push(Reply.json({}, status=500))
-    dispatcher = dispatcher_on(store, timeout=0.2, claim_ttl=0.3)
+    dispatcher = dispatcher_on(store, timeout=1.0, claim_ttl=1.2)
     delivery_id = await dispatcher.enqueue(receiver.url, SECRET, "job.finished", {})
+    claimed = time.monotonic()
     await dispatcher.deliver_due()
+    assert len(receiver.requests) == 1
     # A crash after the delivery recorded attempt 1 but before its index entry did.
     await store.record_put("webhook-due", delivery_id, {"next_attempt_at": 0, "attempts": 0})
-    await anyio.sleep(0.35)  # attempt 0's claim expires
+    await anyio.sleep(max(0.0, claimed + 1.25 - time.monotonic()))  # attempt 0's claim expires
 
     assert await dispatcher.deliver_due() == []  # re-indexes from the delivery, sends nothing
     assert len(receiver.requests) == 1
@@ -659,3 +668,38 @@ async def test_a_delivery_stored_but_not_indexed_is_still_returned_and_sent(
             await arrival(receiver)
             group.cancel_scope.cancel()
     assert [r.headers["webhook-id"] for r in receiver.requests] == [delivery_id]
+
+
+async def test_deliveries_go_through_the_hosts_request_hooks_as_webhook_peers(
+    store: Store, receiver: WireServer
+) -> None:
+    import koboi_http.plugin
+    from koboi import hookimpl
+    from koboi.plugins import PluginHost
+    from koboi_http.hooks import OutboundRequest, RequestHook
+
+    seen: list[tuple[str, str, int]] = []
+
+    class Tagger(RequestHook):
+        def on_request(self, request: OutboundRequest) -> None:
+            request.headers["x-tenant"] = "acme"
+
+        def on_response(self, request: OutboundRequest, response: Any, seconds: float) -> None:
+            seen.append((request.peer, request.host, response.status_code))
+
+    class Hooks:
+        @hookimpl
+        def koboi_http_register_request_hooks(self, register: Any) -> None:
+            register("tagger", Tagger())
+
+    host = PluginHost(load_entry_points=False, strict=True)
+    host.add_plugin(koboi_http.plugin, "http", dist="koboi-http")
+    host.add_plugin(Hooks(), "hooks")
+    dispatcher = dispatcher_on(store, host=host)
+    await dispatcher.enqueue(f"{receiver.url}/hooks", SECRET, "job.finished", {"ok": 1})
+    await dispatcher.deliver_due()
+    [request] = receiver.requests
+    assert request.headers["x-tenant"] == "acme"
+    assert seen == [("webhook", "127.0.0.1", 200)]
+    # The hook may add headers, never change what was signed.
+    assert verify(SECRET, request.headers, request.body)["data"] == {"ok": 1}

@@ -10,14 +10,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from koboi_server._version import __version__
     from koboi_server.api import current_principal
     from koboi_server.app import create_app
     from koboi_server.keys import KeyRing, Principal
     from koboi_server.settings import ServerSettings
 
-__all__ = ["KeyRing", "Principal", "ServerSettings", "create_app", "current_principal"]
+__all__ = [
+    "KeyRing",
+    "Principal",
+    "ServerSettings",
+    "__version__",
+    "create_app",
+    "current_principal",
+]
 
 _LAZY = {
+    "__version__": "koboi_server._version",
     "create_app": "koboi_server.app",
     "current_principal": "koboi_server.api",
     "KeyRing": "koboi_server.keys",

@@ -15,9 +15,12 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Security
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPBearer
 
+from koboi import journal as J
 from koboi.errors import SessionNotFound, StoreError
 from koboi.store import SessionInfo, SessionStatus, new_session_id
+from koboi.tracing import TraceContext
 from koboi_server import idempotency
+from koboi_server.budgets import check_budget
 from koboi_server.errors import ApiError, not_found, unauthorized
 from koboi_server.keys import Principal
 from koboi_server.middleware import PRINCIPAL_KEY
@@ -32,9 +35,10 @@ from koboi_server.models import (
     Ready,
     SessionList,
     SessionView,
+    Suspension,
 )
-from koboi_server.runs import ORIGIN, ActiveRun
-from koboi_server.sse import SessionStream
+from koboi_server.runs import ORIGIN, ActiveRun, Slot
+from koboi_server.sse import SessionStream, final_data
 from koboi_server.state import ServerState
 
 _bearer = HTTPBearer(auto_error=False, description="An API key from 'koboi keys create'.")
@@ -96,6 +100,17 @@ StateDep = Annotated[ServerState, Depends(state_of)]
 PrincipalDep = Annotated[Principal, Depends(principal_of)]
 
 
+def trace_of(traceparent: str | None, tracestate: str | None) -> TraceContext | None:
+    """The W3C trace context of a request's ``traceparent`` (and ``tracestate``) headers.
+
+    None when there is none or it is invalid: the run then starts a new trace (the
+    spec's rule; a bad header is never an error).
+    """
+    if not traceparent:
+        return None
+    return TraceContext.parse(traceparent, tracestate or "")
+
+
 def _token(request: Request) -> str | None:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.strip().partition(" ")
@@ -115,14 +130,44 @@ async def owned_session(state: ServerState, session_id: str, principal: Principa
     return info
 
 
-def _session_view(state: ServerState, info: SessionInfo) -> SessionView:
+def running_here(state: ServerState, session_id: str) -> bool:
+    """Whether this process runs the session now: a chat's run, or a job's."""
+    if session_id in state.registry.runs:
+        return True
+    return state.runner is not None and state.runner.runs_session(session_id)
+
+
+async def _session_view(state: ServerState, info: SessionInfo) -> SessionView:
+    totals = info.totals
+    if totals is None:  # a store that keeps no totals (or an older session): its journal says
+        totals = J.totals_of(await state.store.read(info.id))
     return SessionView(
         id=info.id,
         status=info.status,
         created_at=info.created_at,
         updated_at=info.updated_at,
         last_event_id=info.last_seq,
-        running_here=info.id in state.registry.runs,
+        running_here=running_here(state, info.id),
+        runs=totals.runs,
+        input_tokens=totals.input_tokens,
+        output_tokens=totals.output_tokens,
+        cost_usd=round(totals.cost_usd, 10),
+    )
+
+
+def _not_a_job_session(info: SessionInfo) -> None:
+    """409 ``job_session`` for a chat on a job's session: a job is answered through its routes."""
+    job_id = info.metadata.get("job")
+    if job_id is None:
+        return
+    raise ApiError(
+        409,
+        "job_session",
+        f"session {info.id} belongs to job {job_id}, which chat cannot continue: answer a job "
+        f"that waits for input with POST /v1/jobs/{job_id}/input, and follow it with "
+        f"GET /v1/jobs/{job_id}/events",
+        session_id=info.id,
+        job_id=str(job_id),
     )
 
 
@@ -172,13 +217,13 @@ async def readyz(state: StateDep) -> Ready:
 v1 = APIRouter(prefix="/v1", dependencies=[Security(_bearer)])
 
 
-def _check_message(state: ServerState, body: ChatRequest) -> None:
+def _check_message(state: ServerState, message: str) -> None:
     limit = state.settings.max_message_chars
-    if len(body.message) > limit:
+    if len(message) > limit:
         raise ApiError(
             422,
             "invalid_request",
-            f"message: {len(body.message)} characters, more than the {limit} allowed "
+            f"message: {len(message)} characters, more than the {limit} allowed "
             "(server.max_message_chars)",
         )
 
@@ -194,23 +239,63 @@ async def _new_session(state: ServerState, principal: Principal, sid: str | None
     )
 
 
+async def start_run(
+    state: ServerState,
+    principal: Principal,
+    message: str,
+    session_id: str | None = None,
+    *,
+    create: bool = False,
+    trace: TraceContext | None = None,
+) -> tuple[SessionInfo, ActiveRun]:
+    """Start a chat's run of ``message`` for ``principal``, exactly as ``POST /v1/chat`` does
+    without an ``Idempotency-Key``; the session and the started run.
+
+    ``session_id`` names an existing session of the principal (404 for anyone else's, 409
+    for a job's); with ``create``, a new session is made with that id (None: a random
+    one). Without ``session_id`` a new session is made. The limits (429), a key's spent
+    budget (402), a draining server (503), a busy session (409) and an over-long message
+    (422) raise
+    :class:`ApiError`; a refused new run leaves no session behind.
+    """
+    _check_message(state, message)
+    await check_budget(state.store, principal)
+    registry = state.registry
+    if session_id is not None and not create:
+        info = await owned_session(state, session_id, principal)
+        _not_a_job_session(info)
+        return info, await registry.start(info.id, principal.name, message, trace=trace)
+    # The place is held before the session exists: a chat refused by the limits
+    # (429) or a draining server (503) creates nothing.
+    slot = registry.reserve(principal.name)
+    try:
+        info = await _new_session(state, principal, session_id)
+        run = await registry.start(info.id, principal.name, message, trace=trace, slot=slot)
+    finally:
+        registry.release(slot)  # a no-op once the run has it
+    return info, run
+
+
 async def _start_chat(
-    state: ServerState, body: ChatRequest, principal: Principal, key: str | None, route: str
+    state: ServerState,
+    body: ChatRequest,
+    principal: Principal,
+    key: str | None,
+    route: str,
+    trace: TraceContext | None,
 ) -> tuple[SessionInfo, ActiveRun] | idempotency.Finished:
     """Start the chat's run; with an Idempotency-Key, or give back the run the key stands for.
 
     Returns the session and the started run, or the earlier run's end (a retry of
     a finished request). Raises 409 while the key's request is in progress and 422
-    when the key was used with another body.
+    when the key was used with another body. In a session whose last run is
+    suspended, the message is the reply: the kernel continues that run with it.
     """
-    _check_message(state, body)
     if key is None:
-        if body.session_id is not None:
-            info = await owned_session(state, body.session_id, principal)
-        else:
-            state.registry.admit(principal.name)
-            info = await _new_session(state, principal, None)
-        return info, await state.registry.start(info.id, principal.name, body.message)
+        return await start_run(state, principal, body.message, body.session_id, trace=trace)
+    _check_message(state, body.message)
+    await check_budget(state.store, principal)
+    registry = state.registry
     digest = idempotency.body_hash(route, body.model_dump(mode="json"))
     for _ in range(3):
         earlier = await idempotency.find(state, principal.name, key, digest)
@@ -220,22 +305,31 @@ async def _start_chat(
                 return finished
             continue  # abandoned (its run never started) and withdrawn: claim it anew
         existing: SessionInfo | None = None
+        held: Slot | None = None
         if body.session_id is not None:
             existing = await owned_session(state, body.session_id, principal)
+            _not_a_job_session(existing)
             sid, after = existing.id, existing.last_seq
         else:
-            state.registry.admit(principal.name)
+            # Held before the key is claimed and the session created (see above).
+            held = registry.reserve(principal.name)
             sid, after = new_session_id(), 0
-        if not await idempotency.claim(state, principal.name, key, digest, sid, after):
-            continue  # a concurrent request with this key claimed it first
         try:
-            info = existing or await _new_session(state, principal, sid)
-            return info, await state.registry.start(info.id, principal.name, body.message)
-        except BaseException:
-            # Nothing ran under the claim: give it up so that a retry can start the run.
-            with anyio.CancelScope(shield=True):
-                await idempotency.withdraw(state, principal.name, key)
-            raise
+            if not await idempotency.claim(state, principal.name, key, digest, sid, after):
+                continue  # a concurrent request with this key claimed it first
+            try:
+                info = existing or await _new_session(state, principal, sid)
+                return info, await registry.start(
+                    info.id, principal.name, body.message, trace=trace, slot=held
+                )
+            except BaseException:  # whatever stopped the start, nothing ran under the claim
+                # Give it up so that a retry can start the run.
+                with anyio.CancelScope(shield=True):
+                    await idempotency.withdraw(state, principal.name, key)
+                raise
+        finally:
+            if held is not None:
+                registry.release(held)  # a no-op once the run has it
     raise idempotency.in_progress(idempotency.RACING)
 
 
@@ -250,6 +344,19 @@ LastEventIdHeader = Annotated[
 AfterQuery = Annotated[
     int | None,
     Query(ge=0, description="Same as Last-Event-ID, for clients that cannot set it."),
+]
+
+TraceparentHeader = Annotated[
+    str | None,
+    Header(
+        alias="traceparent",
+        description="W3C trace context: the run joins this trace (journaled in "
+        "run_started.trace). Invalid or absent: the run starts a new trace.",
+    ),
+]
+TracestateHeader = Annotated[
+    str | None,
+    Header(alias="tracestate", description="W3C tracestate, kept with traceparent."),
 ]
 
 _IDEMPOTENCY_KEY = Header(
@@ -276,17 +383,22 @@ async def chat(
     state: StateDep,
     principal: PrincipalDep,
     idempotency_key: Annotated[str | None, _IDEMPOTENCY_KEY] = None,
+    traceparent: TraceparentHeader = None,
+    tracestate: TracestateHeader = None,
 ) -> Any:
     """Run ``message`` (in a new session, or ``session_id`` of yours) and wait for its end.
 
     The run does not depend on this request: if the client goes away, it goes on.
     Answers 202 when the run waits for an approval (decide it with
     ``POST /v1/approvals/{id}``, then follow ``GET /v1/sessions/{id}/events``) or is
-    still running after ``server.chat_wait_seconds``.
+    still running after ``server.chat_wait_seconds``. A run that ends ``suspended``
+    waits for input (``suspension`` says what): send the reply as the next message
+    of the session. The session of a job is refused (409 ``job_session``): answer a
+    job with ``POST /v1/jobs/{id}/input``.
     """
-    started = await _start_chat(
-        state, body, principal, idempotency.check_key(idempotency_key), "chat"
-    )
+    key = idempotency.check_key(idempotency_key)
+    trace = trace_of(traceparent, tracestate)
+    started = await _start_chat(state, body, principal, key, "chat", trace)
     if isinstance(started, idempotency.Finished):
         return JSONResponse(
             content=_finished_result(started).model_dump(mode="json"),
@@ -308,16 +420,19 @@ async def chat(
 
 def _finished_result(finished: idempotency.Finished) -> ChatResult:
     """The answer of a run that ended, from its ``run_finished`` event."""
-    data = finished.event.data
+    data = final_data(J.RUN_FINISHED.of(finished.event))
+    suspension = data["suspension"]
     return ChatResult(
         session_id=finished.claim.session_id,
         status="finished",
-        outcome=data.get("outcome"),
-        output=data.get("output", ""),
-        error=data.get("error"),
-        steps=int(data.get("steps", 0)),
-        usage=data.get("usage") or {},
-        cost_usd=data.get("cost_usd"),
+        outcome=data["outcome"],
+        output=data["output"],
+        error=data["error"],
+        steps=data["steps"],
+        usage=data["usage"],
+        cost_usd=data["cost_usd"],
+        suspension=Suspension.model_validate(suspension) if suspension is not None else None,
+        refused_by=data["refused_by"],
         last_event_id=finished.event.seq,
     )
 
@@ -336,6 +451,12 @@ async def _chat_answer(state: ServerState, active: ActiveRun, principal: Princip
                 steps=result.steps,
                 usage=result.usage.model_dump(),
                 cost_usd=result.cost_usd,
+                suspension=(
+                    Suspension.model_validate(dict(result.suspension))
+                    if result.suspension is not None
+                    else None
+                ),
+                refused_by=result.refused_by,
                 last_event_id=active.final_seq,
             )
         if active.error is not None:
@@ -355,8 +476,10 @@ async def _chat_answer(state: ServerState, active: ActiveRun, principal: Princip
     status: Literal["awaiting_approval", "running"] = "running"
     if active.awaiting:
         status = "awaiting_approval"
-        views = await state.book.for_session(sid, principal.name)
-        approvals = [ApprovalView(**v) for v in views if v["status"] == "pending"]
+        # The run's own approvals, and those of its child runs (sub-agents, nodes).
+        for session in (sid, *sorted(active.children)):
+            views = await state.book.for_session(session, principal.name)
+            approvals += [ApprovalView(**v) for v in views if v["status"] == "pending"]
     body = ChatResult(
         session_id=sid, status=status, last_event_id=info.last_seq, approvals=approvals
     )
@@ -376,6 +499,8 @@ async def chat_stream(
     state: StateDep,
     principal: PrincipalDep,
     idempotency_key: Annotated[str | None, _IDEMPOTENCY_KEY] = None,
+    traceparent: TraceparentHeader = None,
+    tracestate: TracestateHeader = None,
 ) -> StreamingResponse:
     """Run ``message`` and stream the run's events until its ``final``.
 
@@ -384,20 +509,22 @@ async def chat_stream(
     A retry with the ``Idempotency-Key`` of a finished request streams that run's
     events again (``Idempotent-Replayed: true``).
     """
-    started = await _start_chat(
-        state, body, principal, idempotency.check_key(idempotency_key), "chat/stream"
-    )
+    key = idempotency.check_key(idempotency_key)
+    trace = trace_of(traceparent, tracestate)
+    started = await _start_chat(state, body, principal, key, "chat/stream", trace)
     if isinstance(started, idempotency.Finished):
         claim = started.claim
         info = await owned_session(state, claim.session_id, principal)
-        response = _sse(_stream(state, request, principal, info, after=claim.after, mode="follow"))
+        response = _sse(
+            session_stream(state, request, principal, info, after=claim.after, mode="follow")
+        )
         response.headers["Idempotent-Replayed"] = "true"
         return response
     info, _ = started
-    return _sse(_stream(state, request, principal, info, after=info.last_seq, mode="run"))
+    return _sse(session_stream(state, request, principal, info, after=info.last_seq, mode="run"))
 
 
-def _stream(
+def session_stream(
     state: ServerState,
     request: Request,
     principal: Principal,
@@ -406,6 +533,8 @@ def _stream(
     after: int,
     mode: Literal["run", "follow"],
 ) -> SessionStream:
+    """The SSE stream of ``info`` after event ``after``, for the request's principal and key
+    (``run``: until the first ``final`` after it; ``follow``: see :class:`SessionStream`)."""
     return SessionStream(
         store=state.store,
         hub=state.hub,
@@ -435,14 +564,17 @@ async def list_sessions(
     state: StateDep,
     principal: PrincipalDep,
     status: Annotated[
-        Literal["created", "running", "completed", "failed", "interrupted", "cancelled"] | None,
+        Literal[
+            "created", "running", "completed", "failed", "interrupted", "cancelled", "suspended"
+        ]
+        | None,
         Query(description="Only sessions in this status."),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=500, description="At most this many.")] = 50,
 ) -> SessionList:
     wanted: SessionStatus | None = status
     found = await state.store.list_sessions(limit=limit, status=wanted, owner=principal.name)
-    return SessionList(sessions=[_session_view(state, info) for info in found])
+    return SessionList(sessions=[await _session_view(state, info) for info in found])
 
 
 @v1.get(
@@ -453,7 +585,7 @@ async def list_sessions(
     tags=["sessions"],
 )
 async def get_session(session_id: str, state: StateDep, principal: PrincipalDep) -> SessionView:
-    return _session_view(state, await owned_session(state, session_id, principal))
+    return await _session_view(state, await owned_session(state, session_id, principal))
 
 
 @v1.get(
@@ -494,7 +626,7 @@ async def session_events(
             "invalid_request",
             f"event id {cursor} is after the session's last event ({info.last_seq})",
         )
-    return _sse(_stream(state, request, principal, info, after=cursor, mode="follow"))
+    return _sse(session_stream(state, request, principal, info, after=cursor, mode="follow"))
 
 
 # -- approvals --------------------------------------------------------------------------

@@ -23,7 +23,6 @@ resumed run asks again under the same id and finds the same records.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -34,11 +33,12 @@ import anyio
 from koboi import journal as J
 from koboi.approval import ApprovalDecision, ApprovalRequest, Approver
 from koboi.errors import SessionNotFound, StoreError
-from koboi.store import JournalEvent, Store
+from koboi.logs import get_logger
+from koboi.store import JournalEvent, Store, records_of
 from koboi_server.errors import ApiError, not_found
 from koboi_server.keys import Principal
 
-log = logging.getLogger("koboi.server")
+log = get_logger("koboi.server")
 
 KIND = "server.approval"
 DECISION_KIND = "server.approval_decision"
@@ -52,8 +52,12 @@ class _Folded:
 
     requested: JournalEvent
     arguments: Any
-    decided: Mapping[str, Any] | None = None
+    decided: J.ApprovalDecidedData | None = None
     decided_seq: int | None = None
+
+    @property
+    def asked(self) -> J.ApprovalRequestedData:
+        return J.APPROVAL_REQUESTED.of(self.requested)
 
 
 def fold_approvals(events: Iterable[JournalEvent]) -> dict[str, _Folded]:
@@ -62,35 +66,36 @@ def fold_approvals(events: Iterable[JournalEvent]) -> dict[str, _Folded]:
     found: dict[str, _Folded] = {}
     for event in events:
         if event.type == J.MODEL_CALL_FINISHED:
-            message = event.data.get("response", {}).get("message", {})
-            for call in message.get("tool_calls", ()) or ():
+            message = J.MODEL_CALL_FINISHED.of(event)["response"].get("message") or {}
+            for call in message.get("tool_calls") or ():
                 calls[str(call.get("id"))] = call.get("arguments", {})
         elif event.type == J.APPROVAL_REQUESTED:
-            approval_id = str(event.data.get("approval_id", ""))
+            asked = J.APPROVAL_REQUESTED.of(event)
+            approval_id = str(asked.get("approval_id") or "")
             if approval_id and approval_id not in found:
-                call_id = str(event.data.get("call_id"))
-                found[approval_id] = _Folded(event, calls.get(call_id, {}))
+                found[approval_id] = _Folded(event, calls.get(str(asked["call_id"]), {}))
         elif event.type == J.APPROVAL_DECIDED:
-            entry = found.get(str(event.data.get("approval_id", "")))
+            decided = J.APPROVAL_DECIDED.of(event)
+            entry = found.get(str(decided.get("approval_id") or ""))
             if entry is not None:
-                entry.decided, entry.decided_seq = event.data, event.seq
+                entry.decided, entry.decided_seq = decided, event.seq
     return found
 
 
 def _record(owner: str | None, folded: _Folded) -> dict[str, Any]:
-    data = folded.requested.data
+    asked = folded.asked
     return {
-        "approval_id": str(data.get("approval_id")),
+        "approval_id": asked["approval_id"],
         "session_id": folded.requested.session_id,
         "owner": owner,
-        "step": int(data.get("step", 0)),
-        "call_id": str(data.get("call_id", "")),
-        "tool": str(data.get("name", "")),
+        "step": asked["step"],
+        "call_id": asked["call_id"],
+        "tool": asked["name"],
         "arguments": folded.arguments,
-        "arguments_hash": str(data.get("arguments_hash", "")),
-        "risk": str(data.get("risk", "")),
-        "reason": str(data.get("reason", "")),
-        "expires_at": float(data.get("expires_at") or 0.0),
+        "arguments_hash": asked["arguments_hash"],
+        "risk": asked["risk"],
+        "reason": asked["reason"],
+        "expires_at": float(asked.get("expires_at") or 0.0),
         "requested_event_id": folded.requested.seq,
     }
 
@@ -113,8 +118,8 @@ def view(
     }
     journal_decision = folded.decided if folded is not None else None
     if journal_decision is not None:
-        by = str(journal_decision.get("decided_by", ""))
-        approved = bool(journal_decision.get("approved"))
+        by = journal_decision["decided_by"]
+        approved = journal_decision["approved"]
         status = "approved" if approved else ("expired" if by == "deadline" else "denied")
         decided.update(
             scope=journal_decision.get("scope"),
@@ -152,6 +157,7 @@ class ApprovalBook:
 
     def __init__(self, store: Store, *, retention_seconds: float) -> None:
         self.store = store
+        self.records = records_of(store, "approvals over HTTP (koboi serve)")
         self.retention = retention_seconds
         self._waiters: dict[str, set[anyio.Event]] = {}
 
@@ -159,23 +165,23 @@ class ApprovalBook:
         return float(record.get("expires_at") or time.time()) + self.retention
 
     async def get(self, approval_id: str) -> dict[str, Any] | None:
-        return await self.store.record_get(KIND, approval_id)
+        return await self.records.record_get(KIND, approval_id)
 
     async def decision(self, approval_id: str) -> dict[str, Any] | None:
-        return await self.store.record_get(DECISION_KIND, approval_id)
+        return await self.records.record_get(DECISION_KIND, approval_id)
 
     async def ensure(
         self, owner: str | None, folded: _Folded, *, existing: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
         """The pending record of a journaled approval, written if it is not there yet."""
         if existing is None:
-            existing = await self.get(str(folded.requested.data.get("approval_id")))
+            existing = await self.get(folded.asked["approval_id"])
         if existing is not None:
             return dict(existing)
         record = _record(owner, folded)
         expires = self._expiry(record)
         if expires > time.time():
-            await self.store.record_put(KIND, record["approval_id"], record, expires_at=expires)
+            await self.records.record_put(KIND, record["approval_id"], record, expires_at=expires)
         return record
 
     async def ensure_from_journal(
@@ -256,7 +262,7 @@ class ApprovalBook:
         }
         # The decision record is its own claim: of concurrent decisions (on any replica)
         # exactly one is stored, in one atomic operation.
-        created = await self.store.record_create(
+        created = await self.records.record_create(
             DECISION_KIND, approval_id, decision, expires_at=self._expiry(record)
         )
         if not created:
@@ -320,14 +326,29 @@ class ServerApprover(Approver):
             )
         if self.on_wait is not None:
             self.on_wait(request.session_id, request.approval_id, True)
+        failing = False
         try:
             while True:
                 try:
                     decision = await self.book.decision(request.approval_id)
                 except StoreError as exc:
-                    # Keep waiting: the kernel's deadline still bounds the wait.
-                    log.warning("reading approval %s: %s", request.approval_id, exc)
+                    # Keep waiting: the kernel's deadline still bounds the wait. Said once
+                    # while the store fails, not at every poll.
+                    if not failing:
+                        log.warning(
+                            "reading approval %s: %s (still waiting; said again when the "
+                            "store answers)",
+                            request.approval_id,
+                            exc,
+                        )
+                    failing = True
                     decision = None
+                else:
+                    if failing:
+                        log.warning(
+                            "reading approval %s: the store answers again", request.approval_id
+                        )
+                    failing = False
                 if decision is not None:
                     return ApprovalDecision(
                         approved=bool(decision.get("approved")),

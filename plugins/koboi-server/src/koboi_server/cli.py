@@ -104,7 +104,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tex
 
 
 def _with_keys(config: Path | None, work: Callable[[Any], Awaitable[T]]) -> T:
-    from koboi_cli.stores import open_store, store_target
+    from koboi_cli.api import open_store, store_target
     from koboi_server.keys import KeyRing
 
     target = store_target(config)
@@ -138,10 +138,60 @@ def keys_create(
         ),
     ] = "default",
     name: Annotated[str, typer.Option("--name", help="A label to recognise the key by.")] = "",
+    peer: Annotated[
+        str | None,
+        typer.Option(
+            "--peer",
+            help="A peer's key: acts as principal NAME and may only invoke the agent "
+            "(scope 'invoke'): no sessions, no jobs, no approvals.",
+            show_default=False,
+        ),
+    ] = None,
+    scope: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--scope",
+            help="What the key may call (repeatable): 'api' (the whole API, the default), "
+            "'invoke' (only the routes that run the agent), or an extension's scope.",
+            show_default=False,
+        ),
+    ] = None,
+    rate_limit: Annotated[
+        int | None,
+        typer.Option(
+            "--rate-limit",
+            min=1,
+            help="Requests per minute this key may make (429 beyond).",
+            show_default=False,
+        ),
+    ] = None,
+    budget_usd: Annotated[
+        float | None,
+        typer.Option(
+            "--budget-usd",
+            min=0,
+            help="What this key's principal may spend on runs, in USD (routes that honour it "
+            "refuse new runs beyond).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Create a key and print it. It is shown only now: the store keeps only its hash."""
-    key, token = _with_keys(config, lambda ring: ring.create(principal, name=name))
+    from koboi_server.keys import FULL_SCOPE, INVOKE_SCOPE
+
+    if peer is not None:
+        if principal != "default":
+            raise KoboiError("--peer NAME is the key's principal: do not give --principal too")
+        principal = peer
+        name = name or f"peer {peer}"
+    scopes = list(scope or ([INVOKE_SCOPE] if peer is not None else [FULL_SCOPE]))
+    key, token = _with_keys(
+        config,
+        lambda ring: ring.create(
+            principal, name=name, scopes=scopes, rate_per_minute=rate_limit, budget_usd=budget_usd
+        ),
+    )
     if as_json:
         typer.echo(
             json.dumps(
@@ -151,13 +201,16 @@ def keys_create(
                     "principal": key.principal,
                     "name": key.name,
                     "created_at": key.created_at,
+                    "scopes": list(key.scopes),
+                    "rate_per_minute": key.rate_per_minute,
+                    "budget_usd": key.budget_usd,
                 }
             )
         )
         return
     typer.echo(token)
     typer.echo(
-        f"key {key.key_id} for principal {key.principal!r}: copy it now, it is not shown again. "
+        f"key {key.key_id} for principal {key.principal!r} (scopes: {', '.join(key.scopes)}): copy it now, it is not shown again. "
         "Send it as 'Authorization: Bearer <key>'.",
         err=True,
     )
@@ -175,6 +228,9 @@ def keys_list(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
                 "name": k.name,
                 "created_at": k.created_at,
                 "revoked_at": k.revoked_at,
+                "scopes": list(k.scopes),
+                "rate_per_minute": k.rate_per_minute,
+                "budget_usd": k.budget_usd,
             }
             for k in keys
         ]
@@ -186,8 +242,15 @@ def keys_list(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     for key in keys:
         state = f"revoked {_when(key.revoked_at)}" if key.revoked else "active"
         label = f"  {key.name!r}" if key.name else ""
+        limits = "".join(
+            (
+                f"  {key.rate_per_minute}/min" if key.rate_per_minute is not None else "",
+                f"  budget {key.budget_usd} USD" if key.budget_usd is not None else "",
+            )
+        )
         typer.echo(
-            f"{key.key_id}  {key.principal}  {state}  created {_when(key.created_at)}{label}"
+            f"{key.key_id}  {key.principal}  {state}  created {_when(key.created_at)}  "
+            f"scopes {','.join(key.scopes)}{limits}{label}"
         )
 
 

@@ -8,14 +8,14 @@ the traceback goes to the server's log under the same request id.
 from __future__ import annotations
 
 import json
-import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from koboi.errors import KoboiError
+from koboi.logs import get_logger
 
-log = logging.getLogger("koboi.server")
+log = get_logger("koboi.server")
 
 #: Codes for the statuses the framework itself produces (routing, methods).
 _STATUS_CODES = {
@@ -86,19 +86,30 @@ def new_request_id() -> str:
     return uuid.uuid4().hex[:16]
 
 
-async def send_error(send: Any, error: ApiError) -> None:
-    """Send ``error`` as a complete response from plain ASGI code (middleware)."""
-    body = json.dumps(error.body()).encode()
+#: The JSON body of an error answered on a path: ``(path, error) -> body``. koboi's envelope
+#: by default; an extension's own shape on its routes (``ServerExtension.error_body``).
+ErrorBody = Callable[[str, ApiError], dict[str, Any]]
+
+
+def koboi_body(path: str, error: ApiError) -> dict[str, Any]:
+    """koboi's envelope, whatever the path."""
+    return error.body()
+
+
+async def send_error(send: Any, error: ApiError, body: dict[str, Any] | None = None) -> None:
+    """Send ``error`` (as ``body``, by default its envelope) as a complete response from plain
+    ASGI code (middleware)."""
+    encoded = json.dumps(error.body() if body is None else body).encode()
     headers = [
         (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
+        (b"content-length", str(len(encoded)).encode()),
         *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in error.headers.items()),
     ]
     if error.status in (413, 401):
         # The body may be unread: do not keep the connection for a next request.
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": encoded})
 
 
 def describe_validation(errors: list[Any]) -> str:

@@ -1,10 +1,12 @@
-"""In-process fan-out of what runs on this replica: journal commits and streamed text.
+"""In-process fan-out of what runs on this replica: journal commits, streamed text, live events.
 
 Streams never take journal events from here — they read them from the store,
 which is the truth and is shared by every replica. The hub only *wakes* a
 stream when a run of this process commits (so it reads at once instead of at
-its next poll) and carries the one thing the journal does not keep: the text
-a model streams while it answers.
+its next poll) and carries what the journal does not keep: the text a model
+streams while it answers, and *live* events — a plugin's progress
+(``run.emit``) and the events of child runs (sub-agents, a runner's nodes) —
+that exist only while the run executes.
 
 Text of a model call is tied to the journal event that started it
 (``model_call_started``, its seq ``after_event_id``) and numbered by character
@@ -12,17 +14,25 @@ Text of a model call is tied to the journal event that started it
 first gets everything streamed so far (one delta at offset 0), so a client
 that reconnects after event N sees the partial text of the call N started,
 and can drop what it already had by offset.
+
+A live event is tied to the last journal event the run had committed when it
+happened (``after_seq``): a stream sends it once it has sent that event, so it
+comes after what preceded it. Live events are not replayed to a stream that
+subscribes later (they are progress, not history).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 
-#: Items a subscriber may hold before its oldest text is dropped (it is in the
-#: journal's ``step`` event anyway); journal wake-ups are never dropped.
+#: Items a subscriber may hold before its oldest text or live event is dropped (a
+#: slow client; the text is in the journal's ``step`` event anyway); journal
+#: wake-ups are never dropped.
 MAX_PENDING = 4096
 
 
@@ -43,7 +53,19 @@ class Delta:
     text: str
 
 
-Item = Committed | Delta
+@dataclass(frozen=True, slots=True)
+class Live:
+    """An event that is streamed but not journaled (``plugin_event``, ``child_event``).
+
+    ``after_seq`` is the last journal event the run had committed when it happened.
+    """
+
+    after_seq: int
+    name: str
+    data: Mapping[str, Any]
+
+
+Item = Committed | Delta | Live
 
 
 @dataclass
@@ -54,6 +76,8 @@ class _Streaming:
     step: int = 0
     parts: list[str] = field(default_factory=list)
     length: int = 0
+    #: The last journal event the run committed.
+    last_seq: int = 0
 
 
 class Subscription:
@@ -69,7 +93,7 @@ class Subscription:
     def push(self, item: Item) -> None:
         if len(self._items) >= MAX_PENDING:
             for index, old in enumerate(self._items):
-                if isinstance(old, Delta):
+                if not isinstance(old, Committed):
                     del self._items[index]
                     break
         self._items.append(item)
@@ -146,7 +170,11 @@ class Hub:
         """Journal event ``seq`` was committed; a ``model_call_started`` names its step."""
         streaming = self._streaming.get(session_id)
         if streaming is not None and model_call_step is not None:
-            self._streaming[session_id] = _Streaming(after_seq=seq, step=model_call_step)
+            streaming = self._streaming[session_id] = _Streaming(
+                after_seq=seq, step=model_call_step
+            )
+        if streaming is not None:
+            streaming.last_seq = max(streaming.last_seq, seq)
         self._push(session_id, Committed(seq))
 
     def text(self, session_id: str, step: int, text: str) -> None:
@@ -158,6 +186,13 @@ class Hub:
         streaming.parts.append(text)
         streaming.length += len(text)
         self._push(session_id, Delta(streaming.after_seq, step, offset, text))
+
+    def live(self, session_id: str, name: str, data: Mapping[str, Any]) -> None:
+        """A live event (``name``: its SSE event) of a local run of ``session_id``."""
+        streaming = self._streaming.get(session_id)
+        if streaming is None:
+            return
+        self._push(session_id, Live(streaming.last_seq, name, data))
 
     def wake(self, session_id: str) -> None:
         for sub in self._subscribers.get(session_id, ()):

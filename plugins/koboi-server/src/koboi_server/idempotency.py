@@ -1,8 +1,22 @@
-"""``Idempotency-Key`` for the chat routes and the short POSTs (approval decisions, cancels).
+"""``Idempotency-Key`` of every keyed POST: chat, chat/stream, jobs, approval decisions, cancels.
 
-A job is created with its key in one transaction (``Store.create_job``). Short
-POSTs store their response with the key (:func:`once`). A chat runs for a while after the request arrives, so its key goes through three states,
-all kept in the store (shared by replicas, surviving restarts):
+**One key, one request.** A principal's key names exactly one request — its route
+and its body — whichever route sees it next. Every route keeps the key in one
+keyed record (kind :data:`KIND`, keyed by principal and key) whose ``digest`` is the
+SHA-256 of the route and the body (:func:`body_hash`); every route creates that
+record with ``record_create`` (one winner among racers, whatever their routes) and
+answers 422 ``idempotency_key_reused`` when the record there has another digest.
+
+Jobs also keep their key in the job itself (``Store.create_job``, in the job's own
+transaction, with a hash of the body alone, which cannot change: keys stored before
+the record existed must keep replaying). So a job request binds the record too
+(:func:`bind`), and the other routes look the key up among the principal's jobs
+first (:func:`_not_a_job`): a job created before this record existed, or whose
+record expired, still owns its key.
+
+Short POSTs store their response with the key (:func:`once`). A chat runs for a
+while after the request arrives, so its key goes through three states, all kept
+in the store (shared by replicas, surviving restarts):
 
 - **claimed**: a keyed record (``record_create``: one winner among racers) names
   the request's body hash, the session the run goes to and the session's last
@@ -14,10 +28,9 @@ all kept in the store (shared by replicas, surviving restarts):
 - **done**: the ``run_finished`` is in the journal: a retry gets the run's result,
   rebuilt from the journal, with ``Idempotent-Replayed: true``; no second run.
 
-The same key with another body is 422 ``idempotency_key_reused``. Keys are the
-principal's own. A claim whose run never started (the process died between the
-claim and the start) is abandoned after :data:`ABANDONED_AFTER` seconds and may be
-claimed again; nothing ran under it, so nothing can run twice.
+Keys are the principal's own. A claim whose run never started (the process died
+between the claim and the start) is abandoned after :data:`ABANDONED_AFTER` seconds
+and may be claimed again; nothing ran under it, so nothing can run twice.
 """
 
 from __future__ import annotations
@@ -34,7 +47,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from koboi.errors import SessionNotFound
-from koboi.journal import RUN_FINISHED, RUN_STARTED
+from koboi.journal import RUN_FINISHED, RUN_RESUMED, RUN_STARTED
 from koboi.store import JournalEvent
 from koboi_server.errors import ApiError
 from koboi_server.state import ServerState
@@ -73,8 +86,8 @@ def key_reused() -> ApiError:
     return ApiError(
         422,
         "idempotency_key_reused",
-        "this Idempotency-Key was already used with a different body; use a new key for a "
-        "new request",
+        "this Idempotency-Key was already used for another request (another body or another "
+        "route); use a new key for a new request",
     )
 
 
@@ -115,9 +128,49 @@ class Finished:
     event: JournalEvent
 
 
+async def _not_a_job(state: ServerState, principal: str, key: str) -> None:
+    """422 when the key is a job's (the routes other than ``POST /v1/jobs`` ask this first).
+
+    A job's key is stored with the job; the keyed record :func:`bind` adds may be
+    missing (a job submitted before it existed) or expired (a job outlives
+    ``idempotency_retention_seconds``): the job still owns the key.
+    """
+    if await state.jobs.find_job(owner=principal, idempotency_key=key) is not None:
+        raise key_reused()
+
+
+async def bind(state: ServerState, principal: str, key: str, route: str, digest: str) -> None:
+    """Bind ``key`` to this request (``route`` and body ``digest``) for every route.
+
+    For ``POST /v1/jobs``, before its job is created: the record is created if
+    absent (of racers on any routes, one wins) and must name this request
+    otherwise (422 ``idempotency_key_reused``). Concurrent requests for the same job
+    all pass; the job's own key, stored with it, makes them one job. The record is
+    not withdrawn when the request is refused afterwards (429, 503): the key stays
+    this request's, so its retry is the only thing it can be used for — withdrawing
+    it could let a request on another route take the key while a concurrent twin of
+    this one creates the job.
+    """
+    record = _record_key(principal, key)
+    for _ in range(3):
+        now = time.time()
+        data = {"route": route, "digest": digest, "claimed_at": now}
+        expires = now + state.settings.idempotency_retention_seconds
+        if await state.records.record_create(KIND, record, data, expires_at=expires):
+            return
+        found = await state.records.record_get(KIND, record)
+        if found is None:
+            continue  # withdrawn (or expired) between the two calls: try again
+        if found.get("digest") != digest:
+            raise key_reused()
+        return
+    raise in_progress(RACING)
+
+
 async def find(state: ServerState, principal: str, key: str, digest: str) -> Claim | None:
-    """The key's claim, or None; 422 when it was claimed for another body."""
-    found = await state.store.record_get(KIND, _record_key(principal, key))
+    """The key's claim, or None; 422 when it was used for another request (or is a job's)."""
+    await _not_a_job(state, principal, key)
+    found = await state.records.record_get(KIND, _record_key(principal, key))
     if found is None:
         return None
     if found.get("digest") != digest:
@@ -139,14 +192,14 @@ async def claim(
     now = time.time()
     data = {"digest": digest, "session_id": session_id, "after": after, "claimed_at": now}
     expires = now + state.settings.idempotency_retention_seconds
-    return await state.store.record_create(
+    return await state.records.record_create(
         KIND, _record_key(principal, key), data, expires_at=expires
     )
 
 
 async def withdraw(state: ServerState, principal: str, key: str) -> None:
     """Give a claim up: its run did not start, so a retry may claim the key again."""
-    await state.store.record_delete(KIND, _record_key(principal, key))
+    await state.records.record_delete(KIND, _record_key(principal, key))
 
 
 async def outcome(state: ServerState, claim_: Claim) -> Finished | None:
@@ -162,7 +215,8 @@ async def outcome(state: ServerState, claim_: Claim) -> Finished | None:
         events = []  # claimed a moment ago: its session is not created yet
     started = False
     for event in events:
-        if event.type == RUN_STARTED:
+        # A message to a suspended session continues its run: run_resumed, not run_started.
+        if event.type in (RUN_STARTED, RUN_RESUMED):
             started = True
         elif event.type == RUN_FINISHED and started:
             return Finished(claim_, event)
@@ -198,10 +252,11 @@ async def once(
     """
     if key is None:
         return await produce()
+    await _not_a_job(state, principal, key)
     digest = body_hash(route, body)
     record = _record_key(principal, key)
     for _ in range(3):
-        found = await state.store.record_get(KIND, record)
+        found = await state.records.record_get(KIND, record)
         if found is not None:
             if found.get("digest") != digest:
                 raise key_reused()
@@ -215,20 +270,20 @@ async def once(
                     "for its answer"
                 )
             # The process answering it died before storing the answer: try again.
-            await state.store.record_delete(KIND, record)
+            await state.records.record_delete(KIND, record)
             continue
         now = time.time()
         expires = now + state.settings.idempotency_retention_seconds
-        claimed = {"digest": digest, "claimed_at": now}
-        if not await state.store.record_create(KIND, record, claimed, expires_at=expires):
+        claimed = {"route": route, "digest": digest, "claimed_at": now}
+        if not await state.records.record_create(KIND, record, claimed, expires_at=expires):
             continue  # a concurrent request claimed it first
         try:
             response = await produce()
-        except BaseException:
+        except BaseException:  # whatever stopped the answer, the key must be free for a retry
             with anyio.CancelScope(shield=True):
-                await state.store.record_delete(KIND, record)
+                await state.records.record_delete(KIND, record)
             raise
         stored = {**claimed, "response": response.model_dump(mode="json")}
-        await state.store.record_put(KIND, record, stored, expires_at=expires)
+        await state.records.record_put(KIND, record, stored, expires_at=expires)
         return response
     raise in_progress(RACING)

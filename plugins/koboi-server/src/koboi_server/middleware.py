@@ -8,17 +8,21 @@ for anonymous clients).
 
 from __future__ import annotations
 
-import logging
+import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.exceptions import HTTPException
 
 from koboi.errors import StoreError
-from koboi_server.errors import ApiError, send_error, unauthorized
-from koboi_server.keys import DEV_PRINCIPAL, KeyRing, Principal
+from koboi.logs import get_logger
+from koboi_server.errors import ApiError, ErrorBody, koboi_body, send_error, unauthorized
+from koboi_server.keys import DEV_PRINCIPAL, FULL_SCOPE, KeyRing, Principal
 
-log = logging.getLogger("koboi.server")
+if TYPE_CHECKING:
+    from koboi_server.principals import PrincipalGate
+
+log = get_logger("koboi.server")
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -52,9 +56,10 @@ class BodyLimitMiddleware:
     read.
     """
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, error_body: ErrorBody = koboi_body) -> None:
         self.app = app
         self.limit = limit
+        self.error_body = error_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -62,15 +67,14 @@ class BodyLimitMiddleware:
             return
         length = _header(scope, b"content-length")
         if length is not None:
+            refused: ApiError | None = None
             try:
-                declared = int(length)
+                if int(length) > self.limit:
+                    refused = ApiError(413, "body_too_large", _too_large(self.limit))
             except ValueError:
-                await send_error(
-                    send, ApiError(400, "bad_request", "Content-Length is not a number")
-                )
-                return
-            if declared > self.limit:
-                await send_error(send, ApiError(413, "body_too_large", _too_large(self.limit)))
+                refused = ApiError(400, "bad_request", "Content-Length is not a number")
+            if refused is not None:
+                await send_error(send, refused, self.error_body(scope.get("path", ""), refused))
                 return
         limit = self.limit
         seen = 0
@@ -94,36 +98,97 @@ class AuthMiddleware:
     principal ``dev``; a request that sends a key still has it checked.
     """
 
-    def __init__(self, app: ASGIApp, keys: Callable[[], KeyRing], *, dev_no_auth: bool) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        keys: Callable[[], KeyRing],
+        *,
+        dev_no_auth: bool,
+        gate: Callable[[], PrincipalGate | None] = lambda: None,
+        also_protected: frozenset[str] = frozenset(),
+        scope_of: Callable[[str], str] = lambda path: FULL_SCOPE,
+        error_body: ErrorBody = koboi_body,
+    ) -> None:
         self.app = app
         self.keys = keys
         self.dev_no_auth = dev_no_auth
+        #: Who may use the server at all (one principal on a sandbox that cannot keep
+        #: sessions apart); None until the app has started.
+        self.gate = gate
+        #: Paths outside /v1 that need a key too (/metrics on the API's port).
+        self.also_protected = also_protected
+        #: The scope a path needs (koboi_server.keys: ``api`` unless an extension says).
+        self.scope_of = scope_of
+        #: The body of a refusal on a path (an extension may have its own shape).
+        self.error_body = error_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not _protected(scope.get("path", "")):
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not (_protected(path) or path in self.also_protected):
             await self.app(scope, receive, send)
             return
         try:
             principal = await authenticate(
                 self.keys(), _header(scope, b"authorization"), dev_no_auth=self.dev_no_auth
             )
+            gate = self.gate()
+            refused = await gate.admit(principal) if gate is not None else None
+            if refused is not None:
+                raise refused
+            check_scope(principal, self.scope_of(path))
+            if principal.rate_per_minute is not None:
+                await check_rate(self.keys(), principal, principal.rate_per_minute)
         except ApiError as error:
-            await send_error(send, error)
+            await send_error(send, error, self.error_body(path, error))
             return
         except StoreError as exc:
             log.warning("cannot check an API key: %s", exc)
-            await send_error(
-                send,
-                ApiError(
-                    503,
-                    "store_unavailable",
-                    "the store is not reachable, so the key cannot be checked; try again",
-                    headers={"Retry-After": "2"},
-                ),
+            unavailable = ApiError(
+                503,
+                "store_unavailable",
+                "the store is not reachable, so the key cannot be checked; try again",
+                headers={"Retry-After": "2"},
             )
+            await send_error(send, unavailable, self.error_body(path, unavailable))
             return
         scope[PRINCIPAL_KEY] = principal
         await self.app(scope, receive, send)
+
+
+def check_scope(principal: Principal, required: str) -> None:
+    """403 ``insufficient_scope`` unless the principal's key may call a route of ``required``."""
+    if principal.allows(required):
+        return
+    raise ApiError(
+        403,
+        "insufficient_scope",
+        f"this key may call only routes of scope {', '.join(principal.scopes)}; this route "
+        f"needs scope {required!r}",
+        headers={
+            "WWW-Authenticate": f'Bearer realm="koboi", error="insufficient_scope", '
+            f'scope="{required}"'
+        },
+    )
+
+
+async def check_rate(keys: KeyRing, principal: Principal, limit: int) -> None:
+    """429 ``rate_limited`` when the key made more than ``limit`` requests this minute.
+
+    A counter per key and minute in the store's keyed records, so every replica
+    counts against the same limit."""
+    now = time.time()
+    window = int(now // 60)
+    used = await keys.records.counter_add(
+        f"server.key_rate:{principal.key_id}:{window}", 1, expires_at=(window + 2) * 60.0
+    )
+    if used > limit:
+        wait = max(1, int((window + 1) * 60 - now) + 1)
+        raise ApiError(
+            429,
+            "rate_limited",
+            f"this key may make {limit} requests a minute (its own rate limit); retry in {wait} s",
+            headers={"Retry-After": str(wait)},
+        )
 
 
 async def authenticate(keys: KeyRing, header: str | None, *, dev_no_auth: bool) -> Principal:

@@ -1,4 +1,5 @@
-"""koboi hooks of koboi-server: the ``server`` section and the ``serve`` / ``keys`` commands.
+"""koboi hooks of koboi-server: the ``server`` section, the ``serve`` / ``keys`` commands, and
+the hook other plugins extend the server with (``koboi_server_register_extensions``).
 
 Imports nothing heavy: FastAPI and uvicorn load only when a command runs.
 """
@@ -11,13 +12,23 @@ from koboi.hookspecs import hookimpl
 
 
 @hookimpl
+def koboi_register_hookspecs(register: Callable[..., None]) -> None:
+    from koboi_server import hookspecs
+
+    register(hookspecs)
+
+
+@hookimpl
 def koboi_register_config_sections(register: Callable[..., None]) -> None:
+    from koboi_server import aliases
     from koboi_server.settings import SECTION, ServerSettings
 
     register(
         SECTION,
         ServerSettings,
         description="koboi serve: address, limits, streaming, draining and dev mode.",
+        # koboi-agent's spelling: accepted, and `koboi validate --suggest` shows koboi's.
+        aliases={"jobs": aliases.jobs},
     )
 
 

@@ -19,7 +19,6 @@ another sharing the store.
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -30,21 +29,35 @@ from anyio.abc import TaskGroup
 
 from koboi import journal as J
 from koboi.errors import FencedOut, KoboiError, LeaseHeld, SessionNotFound, describe_error
-from koboi.events import FinalEvent, RunResult, TextDeltaEvent
+from koboi.events import (
+    AgentEvent,
+    ChildEvent,
+    FinalEvent,
+    PluginEvent,
+    RunResult,
+    TextDeltaEvent,
+)
 from koboi.interceptors import Interceptor, RunInfo
+from koboi.logs import get_logger
 from koboi.store import JournalEvent, SessionInfo, holder_is_dead
 from koboi_server.approvals import ApprovalBook
 from koboi_server.errors import ApiError
 from koboi_server.hub import Hub
+from koboi_server.outages import LoopErrors, StoreOutage, is_store_failure
+from koboi_server.sse import live_event
 
 if TYPE_CHECKING:
     from koboi.agent import KoboiAgent
+    from koboi.tracing import TraceContext
     from koboi_server.settings import ServerSettings
 
-log = logging.getLogger("koboi.server")
+log = get_logger("koboi.server")
 
 #: Marks the sessions this server created (``SessionInfo.metadata["origin"]``).
 ORIGIN = "koboi-server"
+#: How long a new run of a session waits for the previous run, whose final event is
+#: already out, to close its stream and give the session back.
+_CLOSING_SECONDS = 10.0
 
 
 @dataclass(eq=False)
@@ -61,11 +74,16 @@ class ActiveRun:
     result: RunResult | None = None
     #: Seq of the journal's ``run_finished`` of this run.
     final_seq: int | None = None
+    #: Its ``run_finished`` is journaled (streams may have sent the final event): the
+    #: run is only closing and giving the session's lease back.
+    closing: bool = False
     #: Why the run could not start (or ended without a result), for the requester.
     error: ApiError | None = None
     suspended: bool = False
     parked: bool = False
     awaiting: set[str] = field(default_factory=set)
+    #: Sessions of the run's child runs (sub-agents, a runner's nodes) seen so far.
+    children: set[str] = field(default_factory=set)
     scope: anyio.CancelScope | None = None
 
     def signal(self) -> None:
@@ -78,10 +96,76 @@ class ActiveRun:
         return self.parked or bool(self.awaiting)
 
 
+@dataclass(eq=False)
+class Slot:
+    """A place among the runs of this process, reserved for a run about to start
+    (:meth:`RunRegistry.reserve`): counted against the limits from the moment it is
+    reserved, so concurrent requests cannot all pass the check and then be refused
+    after creating something."""
+
+    owner: str | None
+    #: Handed to a run, or given back: either way no longer the reserver's.
+    spent: bool = False
+
+
+def forward(hub: Hub, session_id: str, event: AgentEvent) -> None:
+    """Hand the streams of ``session_id`` what a local run yields beside its journal: the
+    text the model streams and the live events (a plugin's progress, child runs' events).
+
+    A journaled plugin event (it has an ``event_id``) is not forwarded: streams read it
+    from the journal, like every journal event.
+    """
+    if isinstance(event, TextDeltaEvent):
+        hub.text(session_id, event.step, event.text)
+    elif isinstance(event, ChildEvent) or (
+        isinstance(event, PluginEvent) and event.event_id is None
+    ):
+        hub.live(session_id, *live_event(event))
+
+
+async def announce_child_event(
+    hub: Hub, book: ApprovalBook, event: JournalEvent, run: RunInfo
+) -> None:
+    """Announce a child run's approvals on the streams of its root run's session: that is
+    where the requester listens (a child's session has no stream of its own). The
+    approval's record is written first, so it can be decided by id as soon as it is seen."""
+    root = run.root.session_id
+    child = run.session_id
+    if event.type == J.APPROVAL_REQUESTED:
+        approval_id = J.APPROVAL_REQUESTED.of(event)["approval_id"]
+        record = await book.ensure_from_journal(child, approval_id, near_seq=event.seq)
+        if record is not None:
+            announced = {k: v for k, v in record.items() if k != "owner"}
+            announced["child_session_id"] = child
+            hub.live(root, "pending_approval", announced)
+    elif event.type == J.APPROVAL_DECIDED:
+        decided = J.APPROVAL_DECIDED.of(event)
+        hub.live(
+            root,
+            "approval_decided",
+            {
+                "session_id": child,
+                "child_session_id": child,
+                "step": decided["step"],
+                "call_id": decided["call_id"],
+                "approval_id": decided["approval_id"],
+                "approved": decided["approved"],
+                "decided_by": decided["decided_by"],
+            },
+        )
+
+
 class RunRegistry:
     """Starts, tracks, drains and recovers the runs of this process."""
 
-    def __init__(self, hub: Hub, settings: ServerSettings, book: ApprovalBook) -> None:
+    def __init__(
+        self,
+        hub: Hub,
+        settings: ServerSettings,
+        book: ApprovalBook,
+        *,
+        outage: StoreOutage | None = None,
+    ) -> None:
         self._agent: KoboiAgent | None = None
         self.hub = hub
         self.book = book
@@ -91,11 +175,19 @@ class RunRegistry:
         #: Set by a signal handler (nothing else is safe there); the app starts draining.
         self.drain_requested = False
         self._drain_started: float | None = None
+        #: Runs and reserved slots of each principal.
         self._per_principal: Counter[str | None] = Counter()
+        #: Slots reserved and not yet handed to a run.
+        self._reserved = 0
+        self._recovery_errors = LoopErrors(
+            "looking for interrupted sessions", outage or StoreOutage()
+        )
         self._changed = anyio.Event()
         self._tg: TaskGroup | None = None
         #: Sessions recovery must not try again (they cannot be resumed).
         self._unrecoverable: set[str] = set()
+        #: The session of the run of this process each child run belongs to.
+        self._roots: dict[str, str] = {}
 
     def bind(self, agent: KoboiAgent) -> None:
         """The agent whose runs this registry executes (made after the registry: the
@@ -118,7 +210,8 @@ class RunRegistry:
     # -- starting -------------------------------------------------------------------------
 
     def admit(self, owner: str | None) -> None:
-        """Refuse a new run when the server is draining or at its limits."""
+        """Refuse a new run when the server is draining or at its limits (a check only:
+        :meth:`reserve` is the check that holds the place)."""
         if self.draining or self._tg is None:
             raise ApiError(
                 503,
@@ -126,11 +219,12 @@ class RunRegistry:
                 "this server is shutting down; send the request to another replica or retry",
                 headers={"Retry-After": "2"},
             )
-        if len(self.runs) >= self.settings.max_concurrent_runs:
+        running = len(self.runs) + self._reserved
+        if running >= self.settings.max_concurrent_runs:
             raise ApiError(
                 429,
                 "too_many_runs",
-                f"this server already executes {len(self.runs)} runs "
+                f"this server already executes {running} runs "
                 "(server.max_concurrent_runs); retry later",
                 headers={"Retry-After": "1"},
             )
@@ -143,11 +237,58 @@ class RunRegistry:
                 headers={"Retry-After": "1"},
             )
 
-    async def start(self, session_id: str, owner: str | None, message: str | None) -> ActiveRun:
+    def reserve(self, owner: str | None) -> Slot:
+        """Check the limits and hold a place for one run of ``owner``, in one step.
+
+        Nothing is awaited between the check and the count, so of concurrent requests
+        only as many as the limits allow get a slot; the others are refused (429, or
+        503 when draining) before they create anything. Hand the slot to
+        :meth:`start`, or give it back with :meth:`release` (a no-op once spent).
+        """
+        self.admit(owner)
+        self._reserved += 1
+        self._per_principal[owner] += 1
+        return Slot(owner)
+
+    def release(self, slot: Slot) -> None:
+        """Give back a slot no run took. Safe to call on a spent slot."""
+        if slot.spent:
+            return
+        slot.spent = True
+        self._reserved -= 1
+        self._uncount(slot.owner)
+
+    def _uncount(self, owner: str | None) -> None:
+        self._per_principal[owner] -= 1
+        if self._per_principal[owner] <= 0:
+            del self._per_principal[owner]
+
+    async def start(
+        self,
+        session_id: str,
+        owner: str | None,
+        message: str | None,
+        *,
+        trace: TraceContext | None = None,
+        slot: Slot | None = None,
+    ) -> ActiveRun:
         """Start a run (``message``) or a resume (None) and wait until it has started.
 
-        Raises an :class:`ApiError` when it cannot start (busy, interrupted, limits).
+        A session whose last run is suspended is continued, ``message`` being the reply
+        (the kernel's rule). ``trace`` is the requester's trace context (a resume keeps
+        the trace of the run it finishes). ``slot`` is a place :meth:`reserve` held for
+        this run (the limits were checked then, and a drain that began since lets it
+        start: the drain parks it like any run); without one the limits are checked
+        now. Raises an :class:`ApiError` when it cannot start (busy, interrupted,
+        limits); the slot is then still the caller's to release.
         """
+        previous = self.runs.get(session_id)
+        if previous is not None and previous.closing:
+            # Its final event is out, so its client may already send the next message
+            # (as the busy error below tells it to); the run is only closing its stream
+            # and giving the session's lease back: wait for that rather than refuse.
+            with anyio.move_on_after(_CLOSING_SECONDS):
+                await previous.done.wait()
         if session_id in self.runs:
             raise ApiError(
                 409,
@@ -155,13 +296,16 @@ class RunRegistry:
                 f"session {session_id} is running; wait for its final event, then send the "
                 "next message",
             )
-        self.admit(owner)
+        if slot is None or slot.spent:
+            slot = self.reserve(owner)
         assert self._tg is not None
+        # The reserved place becomes the run's (the principal's count stays as it is).
+        slot.spent = True
+        self._reserved -= 1
         active = ActiveRun(session_id, owner, resuming=message is None)
         self.runs[session_id] = active
-        self._per_principal[owner] += 1
         self.hub.run_started(session_id)
-        self._tg.start_soon(self._execute, active, message)
+        self._tg.start_soon(self._execute, active, message, trace)
         with anyio.CancelScope(shield=True):
             # The run goes on whatever happens to the requester; wait only for its start.
             while not (active.started.is_set() or active.done.is_set()):
@@ -170,13 +314,15 @@ class RunRegistry:
             raise active.error
         return active
 
-    async def _execute(self, active: ActiveRun, message: str | None) -> None:
+    async def _execute(
+        self, active: ActiveRun, message: str | None, trace: TraceContext | None
+    ) -> None:
         sid = active.session_id
         try:
             with anyio.CancelScope() as scope:
                 active.scope = scope
                 events = (
-                    self.agent.stream(message, session_id=sid)
+                    self.agent.stream(message, session_id=sid, trace=trace)
                     if message is not None
                     else self.agent.resume(sid)
                 )
@@ -185,9 +331,8 @@ class RunRegistry:
                         if not active.started.is_set():
                             active.started.set()
                             active.signal()
-                        if isinstance(event, TextDeltaEvent):
-                            self.hub.text(sid, event.step, event.text)
-                        elif isinstance(event, FinalEvent):
+                        forward(self.hub, sid, event)
+                        if isinstance(event, FinalEvent):
                             active.result = event.result
                             active.final_seq = event.event_id
         except FencedOut:
@@ -203,16 +348,16 @@ class RunRegistry:
             text = describe_error(exc)
             active.error = await self._refusal(active, text)
             log.info("run of session %s did not complete: %s", sid, text)
-        except Exception as exc:
+        except Exception as exc:  # a bug: the requester gets a 500, the log its traceback
             log.exception("run of session %s failed", sid)
             active.error = ApiError(
                 500, "internal_error", f"the run failed inside the server: {type(exc).__name__}"
             )
         finally:
             self.runs.pop(sid, None)
-            self._per_principal[active.owner] -= 1
-            if self._per_principal[active.owner] <= 0:
-                del self._per_principal[active.owner]
+            for child in active.children:
+                self._roots.pop(child, None)
+            self._uncount(active.owner)
             self.hub.run_ended(sid)
             active.done.set()
             active.signal()
@@ -225,7 +370,7 @@ class RunRegistry:
             return ApiError(409, "run_refused", text)
         try:
             interrupted = J.fold_state(await self.agent.store.read(sid)).interrupted
-        except Exception:
+        except Exception:  # only a better answer is at stake: the plain refusal will do
             return ApiError(409, "run_refused", text)
         if interrupted and not active.resuming:
             if self._tg is not None and not self.draining:
@@ -247,7 +392,9 @@ class RunRegistry:
         return _RunObserver(self)
 
     def waiting_for_approval(self, session_id: str, approval_id: str, waiting: bool) -> None:
-        active = self.runs.get(session_id)
+        # A child run's approval is its root run's: that run waits, and its requester is
+        # the one to ask.
+        active = self.runs.get(self._roots.get(session_id, session_id))
         if active is None:
             return
         if waiting:
@@ -259,6 +406,18 @@ class RunRegistry:
             active.awaiting.discard(approval_id)
         active.signal()
         self._signal()
+
+    async def child_event(self, event: JournalEvent, run: RunInfo) -> None:
+        """An event of a child run (a sub-agent, a runner's node) of a run of this process:
+        the run remembers its child (a JSON chat's 202 lists the child's approvals too),
+        and the child's approvals are announced on the root run's streams."""
+        root = run.root.session_id
+        child = run.session_id
+        active = self.runs.get(root)
+        if active is not None and child not in active.children:
+            active.children.add(child)
+            self._roots[child] = root
+        await announce_child_event(self.hub, self.book, event, run)
 
     async def _park(self, active: ActiveRun) -> None:
         active.parked = True
@@ -310,14 +469,14 @@ class RunRegistry:
                     self.agent.config.agent.lease_seconds,
                     take_over_from=self.agent.holder,
                 )
-            except Exception as exc:
+            except Exception as exc:  # stopping the run matters more: it is cancelled anyway
                 log.warning("could not fence session %s before stopping it: %s", sid, exc)
             if active.scope is not None:
                 active.scope.cancel()
             with anyio.move_on_after(5):
                 await active.done.wait()
             if lease is not None:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(Exception):  # it expires anyway
                     await store.release_lease(lease)
 
     # -- recovery -------------------------------------------------------------------------
@@ -369,11 +528,16 @@ class RunRegistry:
         return True
 
     async def recover_forever(self, interval: float) -> None:
+        """:meth:`recover` every ``interval`` seconds. A store that fails is said once for
+        the whole outage; another error with its traceback, once while it repeats."""
+        errors = self._recovery_errors
         while True:
             try:
                 await self.recover()
-            except Exception:
-                log.exception("looking for interrupted sessions failed")
+            except Exception as exc:  # recovery must outlive any pass that fails: logged, retried
+                errors.failed(exc)
+            else:
+                errors.ok()
             await anyio.sleep(interval)
 
 
@@ -390,9 +554,21 @@ class _RunObserver(Interceptor):
         registry = self.registry
         active = registry.runs.get(run.session_id)
         if active is None:
-            return  # a sub-agent's session, or a run this server did not start
+            if run.parent is not None:
+                try:
+                    await registry.child_event(event, run)
+                except Exception as exc:  # an observer never stops the run; it is logged
+                    log.warning(
+                        "announcing event %s of child session %s: %s",
+                        event.type,
+                        run.session_id,
+                        describe_error(exc),
+                    )
+            return  # a run this server did not start (or a child: announced above)
         is_model_call = event.type == J.MODEL_CALL_STARTED
-        step = int(event.data.get("step", 0)) if is_model_call else None
+        step = J.MODEL_CALL_STARTED.of(event)["step"] if is_model_call else None
+        if event.type == J.RUN_FINISHED:
+            active.closing = True  # before any stream can send the final event
         registry.hub.committed(run.session_id, event.seq, model_call_step=step)
         if not active.started.is_set() and event.type in (J.RUN_STARTED, J.RUN_RESUMED):
             active.started.set()
@@ -400,12 +576,16 @@ class _RunObserver(Interceptor):
         if event.type == J.APPROVAL_REQUESTED:
             # Recorded before anyone can learn the approval's id from the journal's stream
             # (whatever the approver): so it can be looked up and answered by id at once.
+            approval_id = J.APPROVAL_REQUESTED.of(event)["approval_id"]
             try:
                 await registry.book.ensure_from_journal(
-                    run.session_id, str(event.data.get("approval_id")), near_seq=event.seq
+                    run.session_id, approval_id, near_seq=event.seq
                 )
-            except Exception:
-                log.exception("recording approval %s", event.data.get("approval_id"))
+            except Exception as exc:  # an observer never stops the run; its failure is logged
+                if is_store_failure(exc):
+                    log.warning("recording approval %s: the store failed: %s", approval_id, exc)
+                else:
+                    log.exception("recording approval %s", approval_id)
         if is_model_call and registry.draining:
             # Nothing is uncommitted right after this commit and the model has not been
             # asked yet: the run can stop here and resume by asking again.

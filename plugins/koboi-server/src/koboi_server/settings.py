@@ -7,6 +7,8 @@ Every field has a safe default, so a config without the section serves on
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from koboi_server.webhooks.settings import WebhookSettings
@@ -14,6 +16,35 @@ from koboi_server.webhooks.settings import WebhookSettings
 SECTION = "server"
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+class MetricsSettings(BaseModel):
+    """``server.metrics``: the Prometheus endpoint."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(
+        default=False,
+        description="Serve Prometheus metrics at /metrics: requests, runs, the job queue, "
+        "leases, and what plugins add (koboi-otel: tokens, cost, tool calls by verdict).",
+    )
+    port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Serve /metrics on a port of its own, without an API key (one worker "
+        "only). None: on the API's port, where it needs an API key like every /v1 route.",
+    )
+    host: str = Field(
+        default="127.0.0.1",
+        description="Address of the metrics port (with port): one only the scraper reaches.",
+    )
+    refresh_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="How often the gauges read from the store (jobs by status, expired "
+        "leases) are refreshed; a scrape never waits on the store.",
+    )
 
 
 class ServerSettings(BaseModel):
@@ -39,6 +70,34 @@ class ServerSettings(BaseModel):
         ge=1024,
         description="Largest request body accepted; a larger one is answered 413 before it is "
         "read (from Content-Length, or as soon as a streamed body passes the limit).",
+    )
+    header_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="A request's head (request line and headers) must arrive within this many "
+        "seconds of the connection opening, or of its first byte on a connection kept alive; "
+        "otherwise the server answers 408 and closes the connection (slow-header clients). The "
+        "body is not bounded by it.",
+    )
+    body_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="A request's whole body must arrive within this many seconds of its head; "
+        "otherwise the server answers 408 and closes the connection (slow-body clients).",
+    )
+    idle_timeout_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="A connection kept alive with no request in flight is closed this many "
+        "seconds after its last response. A request in flight (an SSE stream) is never idle. "
+        "Behind a proxy that reuses connections, make it longer than the proxy's own.",
+    )
+    max_connections: int = Field(
+        default=512,
+        ge=1,
+        description="Connections each koboi serve process serves at once; a connection beyond "
+        "it is answered 503 too_many_connections and closed, the open ones keep working. Keep "
+        "it below the process's open-file limit (ulimit -n).",
     )
     max_message_chars: int = Field(
         default=100_000,
@@ -157,6 +216,22 @@ class ServerSettings(BaseModel):
     )
     access_log: bool = Field(
         default=True, description="Log one line per request (uvicorn's access log)."
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="'json': one JSON object per log line, with the request id, principal and "
+        "session (every line masked by koboi's redacting filter); requests then carry and "
+        "return an X-Request-ID.",
+    )
+    metrics: MetricsSettings = Field(
+        default_factory=MetricsSettings, description="The Prometheus /metrics endpoint."
+    )
+    shared_sandbox: bool = Field(
+        default=False,
+        description="Serve several principals even though the sandbox cannot keep their "
+        "sessions apart ('koboi sandbox check' says whether it can): each principal's tools "
+        "may then read and write the others' files. Off: such a server refuses to start "
+        "with keys of two principals, and serves only the principal of its oldest key.",
     )
 
     @field_validator("host")

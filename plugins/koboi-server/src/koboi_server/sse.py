@@ -6,7 +6,7 @@ reconnects with ``Last-Event-ID: N`` (or ``?after=N``) gets every event with
 ``seq > N``, in order, and nothing it already had — on any replica, because
 the events are read from the store.
 
-Three kinds of SSE events carry **no id** (they do not move the client's
+These SSE events carry **no id** (they do not move the client's
 cursor, and a reconnect never repeats or skips a journal event because of
 them):
 
@@ -17,6 +17,13 @@ them):
   the middle of a call first sends the text so far as one delta at offset 0;
   only the replica running the session streams text (a stream on another
   replica gets the ``step`` events).
+- live events of the run, also not journaled and only on the replica running
+  it: ``plugin_event`` (a plugin's progress, ``run.emit``; a journaled plugin
+  event is a ``plugin_event`` *with* an id, from the journal) and
+  ``child_event`` (an event of a child run: a sub-agent or a runner's node,
+  tagged with the parent's tool call), and a child run's ``pending_approval`` /
+  ``approval_decided`` (with ``child_session_id``: the child's session has no
+  stream of its own). ``after_event_id`` is the last journal event before it.
 - a redelivered ``pending_approval`` (``"redelivered": true``): an approval
   requested at or before the client's cursor and still undecided, sent again
   on every (re)connection so a client that reconnects knows what waits for it.
@@ -32,14 +39,23 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from koboi import journal as J
 from koboi.errors import StoreError
+from koboi.events import (
+    AgentEvent,
+    ChildEvent,
+    PluginEvent,
+    StepEvent,
+    TextDeltaEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+)
 from koboi.store import JournalEvent, SessionInfo, Store
 from koboi_server.approvals import ApprovalBook, fold_approvals, view
-from koboi_server.hub import Committed, Delta, Hub
+from koboi_server.hub import Committed, Delta, Hub, Live
 from koboi_server.keys import KeyRing, Principal
 
 if TYPE_CHECKING:
@@ -56,10 +72,20 @@ EVENT_NAMES = (
     "step_failed",
     "tool_call",
     "tool_result",
+    "tool_suspended",
     "pending_approval",
     "approval_decided",
     "provider_event",
     "budget_exceeded",
+    "context_added",
+    "answer_replaced",
+    "run_continued",
+    "side_call_started",
+    "side_call_finished",
+    "side_call_failed",
+    "tools_changed",
+    "plugin_event",
+    "child_event",
     "final",
     "error",
     "idle",
@@ -71,113 +97,292 @@ _PAGE = 500
 
 def frame(event: str, data: Mapping[str, Any], event_id: int | None = None) -> bytes:
     """One SSE event. JSON escapes newlines, so ``data`` is always one line."""
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
     head = f"id: {event_id}\n" if event_id is not None else ""
     return f"{head}event: {event}\ndata: {text}\n\n".encode()
 
 
-def _usage(data: Mapping[str, Any]) -> Any:
-    return data.get("usage") or {}
+def _tool_calls(response: Mapping[str, Any]) -> list[dict[str, Any]]:
+    message = response.get("message") or {}
+    return [
+        {"id": c.get("id"), "name": c.get("name"), "arguments": c.get("arguments", {})}
+        for c in message.get("tool_calls") or ()
+    ]
+
+
+def _text(response: Mapping[str, Any]) -> str:
+    message = response.get("message") or {}
+    return str(message.get("content") or "")
+
+
+def final_data(data: J.RunFinishedData) -> dict[str, Any]:
+    """What ``final`` (and a chat's result) says of a ``run_finished``."""
+    return {
+        "outcome": data["outcome"],
+        "output": data.get("output", ""),
+        "steps": data.get("steps", 0),
+        "error": data.get("error"),
+        "cost_usd": data.get("cost_usd"),
+        "usage": data.get("usage") or {},
+        "refused_by": data.get("refused_by"),
+        "suspension": data.get("suspension"),
+    }
 
 
 def project(event: JournalEvent, calls: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """The SSE name and data of a journal event (``pending_approval`` is completed later).
 
     ``calls`` collects the arguments of the tool calls seen so far, by call id.
+    Every kernel event is read through its kind (:class:`koboi.journal.EventKind`);
+    a plugin's event becomes a ``plugin_event``; an event of a newer kernel, a
+    ``journal`` event with its type and data.
     """
-    data = event.data
     kind = event.type
     base: dict[str, Any] = {"event_id": event.seq, "session_id": event.session_id, "at": event.at}
     if kind == J.RUN_STARTED:
-        return "run_started", {**base, "input": data.get("input", ""), "agent": data.get("agent")}
-    if kind == J.RUN_RESUMED:
-        return "run_resumed", {
+        started = J.RUN_STARTED.of(event)
+        data: dict[str, Any] = {
             **base,
-            "after_event_id": data.get("after_seq"),
-            "step": data.get("step"),
+            "input": started.get("input", ""),
+            "agent": started.get("agent"),
+            "kind": started.get("kind", "message"),
         }
+        if "call" in started:
+            data["call"] = started["call"]
+        if "tools" in started:
+            data["tools"] = started["tools"]
+        if "runner" in started:
+            data["runner"] = started["runner"]
+        if "trace" in started:
+            data["trace"] = started["trace"]
+        return "run_started", data
+    if kind == J.RUN_RESUMED:
+        resumed = J.RUN_RESUMED.of(event)
+        data = {**base, "after_event_id": resumed.get("after_seq"), "step": resumed.get("step")}
+        if "reply" in resumed:
+            data["reply"] = resumed["reply"]
+        if "trace" in resumed:
+            data["trace"] = resumed["trace"]
+        return "run_resumed", data
     if kind == J.MODEL_CALL_STARTED:
-        return "step_started", {**base, "step": data.get("step")}
+        return "step_started", {**base, "step": J.MODEL_CALL_STARTED.of(event)["step"]}
     if kind == J.MODEL_CALL_FINISHED:
-        response = data.get("response") or {}
-        message = response.get("message") or {}
-        tool_calls = [
-            {"id": c.get("id"), "name": c.get("name"), "arguments": c.get("arguments", {})}
-            for c in message.get("tool_calls") or ()
-        ]
+        finished = J.MODEL_CALL_FINISHED.of(event)
+        response = finished.get("response") or {}
+        tool_calls = _tool_calls(response)
         for call in tool_calls:
             calls[str(call["id"])] = call["arguments"]
         return "step", {
             **base,
-            "step": data.get("step"),
-            "text": message.get("content") or "",
+            "step": finished["step"],
+            "text": _text(response),
             "tool_calls": tool_calls,
-            "usage": _usage(response),
+            "usage": response.get("usage") or {},
         }
     if kind == J.MODEL_CALL_FAILED:
-        return "step_failed", {**base, "step": data.get("step"), "error": data.get("error")}
+        failed = J.MODEL_CALL_FAILED.of(event)
+        return "step_failed", {**base, "step": failed["step"], "error": failed["error"]}
     if kind == J.TOOL_CALL_STARTED:
+        started_call = J.TOOL_CALL_STARTED.of(event)
         return "tool_call", {
             **base,
-            "step": data.get("step"),
-            "call_id": data.get("call_id"),
-            "name": data.get("name"),
-            "arguments": data.get("arguments", {}),
+            "step": started_call["step"],
+            "call_id": started_call["call_id"],
+            "name": started_call["name"],
+            "arguments": started_call.get("arguments", {}),
         }
-    if kind in (J.TOOL_CALL_FINISHED, J.TOOL_CALL_REFUSED, J.TOOL_CALL_INTERRUPTED):
-        if kind == J.TOOL_CALL_FINISHED:
-            content, is_error, refused_by = (
-                data.get("content", ""),
-                bool(data.get("is_error")),
-                None,
-            )
-        elif kind == J.TOOL_CALL_REFUSED:
-            content, is_error, refused_by = data.get("reason", ""), True, data.get("stage")
-        else:
-            content, is_error, refused_by = J.INTERRUPTED_RESULT, True, "resume"
-        return "tool_result", {
-            **base,
-            "step": data.get("step"),
-            "call_id": data.get("call_id"),
-            "name": data.get("name"),
-            "content": content,
-            "is_error": is_error,
-            "refused_by": refused_by,
-        }
+    if kind == J.TOOL_CALL_FINISHED:
+        done = J.TOOL_CALL_FINISHED.of(event)
+        return "tool_result", _tool_result(
+            base, done["step"], done["call_id"], done["name"], done["content"], done["is_error"]
+        )
+    if kind == J.TOOL_CALL_REFUSED:
+        refused = J.TOOL_CALL_REFUSED.of(event)
+        return "tool_result", _tool_result(
+            base,
+            refused["step"],
+            refused["call_id"],
+            refused["name"],
+            refused["reason"],
+            True,
+            refused_by=refused["stage"],
+        )
+    if kind == J.TOOL_CALL_INTERRUPTED:
+        lost = J.TOOL_CALL_INTERRUPTED.of(event)
+        return "tool_result", _tool_result(
+            base,
+            lost["step"],
+            lost["call_id"],
+            lost["name"],
+            J.INTERRUPTED_RESULT,
+            True,
+            refused_by="resume",
+        )
+    if kind == J.TOOL_CALL_SUSPENDED:
+        suspended = J.TOOL_CALL_SUSPENDED.of(event)
+        return "tool_suspended", {**base, **suspended}
     if kind == J.APPROVAL_REQUESTED:
-        call_id = str(data.get("call_id"))
+        asked = J.APPROVAL_REQUESTED.of(event)
+        call_id = str(asked["call_id"])
         return "pending_approval", {
             **base,
-            "approval_id": data.get("approval_id"),
-            "step": data.get("step"),
+            "approval_id": asked["approval_id"],
+            "step": asked["step"],
             "call_id": call_id,
-            "tool": data.get("name"),
+            "tool": asked["name"],
             "arguments": calls.get(call_id),
-            "arguments_hash": data.get("arguments_hash"),
-            "risk": data.get("risk"),
-            "reason": data.get("reason"),
-            "expires_at": data.get("expires_at"),
+            "arguments_hash": asked["arguments_hash"],
+            "risk": asked["risk"],
+            "reason": asked["reason"],
+            "expires_at": asked["expires_at"],
         }
     if kind == J.APPROVAL_DECIDED:
+        decided = J.APPROVAL_DECIDED.of(event)
         return "approval_decided", {
             **base,
-            **{
-                k: data.get(k)
-                for k in ("step", "call_id", "approval_id", "approved", "reason", "decided_by")
-            },
-            "scope": data.get("scope"),
+            "step": decided["step"],
+            "call_id": decided["call_id"],
+            "approval_id": decided["approval_id"],
+            "approved": decided["approved"],
+            "reason": decided["reason"],
+            "decided_by": decided["decided_by"],
+            "scope": decided.get("scope"),
         }
     if kind == J.PROVIDER_EVENT:
-        return "provider_event", {**base, **dict(data)}
+        return "provider_event", {**base, **J.PROVIDER_EVENT.of(event)}
     if kind == J.BUDGET_EXCEEDED:
-        return "budget_exceeded", {**base, **dict(data)}
-    if kind == J.RUN_FINISHED:
-        return "final", {
+        return "budget_exceeded", {**base, **J.BUDGET_EXCEEDED.of(event)}
+    if kind == J.CONTEXT_ADDED:
+        return "context_added", {**base, **J.CONTEXT_ADDED.of(event)}
+    if kind == J.ANSWER_REPLACED:
+        return "answer_replaced", {**base, **J.ANSWER_REPLACED.of(event)}
+    if kind == J.RUN_CONTINUED:
+        return "run_continued", {**base, **J.RUN_CONTINUED.of(event)}
+    if kind == J.SIDE_CALL_STARTED:
+        side = J.SIDE_CALL_STARTED.of(event)
+        return "side_call_started", {**base, "step": side["step"], "purpose": side["purpose"]}
+    if kind == J.SIDE_CALL_FINISHED:
+        answered = J.SIDE_CALL_FINISHED.of(event)
+        response = answered.get("response") or {}
+        return "side_call_finished", {
             **base,
-            **{k: data.get(k) for k in ("outcome", "output", "steps", "error", "cost_usd")},
-            "usage": _usage(data),
+            "step": answered["step"],
+            "purpose": answered["purpose"],
+            "text": _text(response),
+            "usage": response.get("usage") or {},
         }
-    return "journal", {**base, "type": kind, "data": dict(data)}
+    if kind == J.SIDE_CALL_FAILED:
+        side_failed = J.SIDE_CALL_FAILED.of(event)
+        return "side_call_failed", {
+            **base,
+            "step": side_failed["step"],
+            "purpose": side_failed["purpose"],
+            "error": side_failed["error"],
+        }
+    if kind == J.TOOLS_CHANGED:
+        return "tools_changed", {**base, **J.TOOLS_CHANGED.of(event)}
+    if kind == J.RUN_FINISHED:
+        return "final", {**base, **final_data(J.RUN_FINISHED.of(event))}
+    if J.is_plugin_event(kind):
+        return "plugin_event", {**base, "type": kind, "data": dict(event.data)}
+    return "journal", {**base, "type": kind, "data": dict(event.data)}
+
+
+def _tool_result(
+    base: Mapping[str, Any],
+    step: int,
+    call_id: str,
+    name: str,
+    content: str,
+    is_error: bool,
+    *,
+    refused_by: str | None = None,
+) -> dict[str, Any]:
+    return {
+        **base,
+        "step": step,
+        "call_id": call_id,
+        "name": name,
+        "content": content,
+        "is_error": is_error,
+        "refused_by": refused_by,
+    }
+
+
+def live_event(event: PluginEvent | ChildEvent) -> tuple[str, dict[str, Any]]:
+    """The SSE name and data of a live event a local run yielded (no id: not journaled)."""
+    if isinstance(event, PluginEvent):
+        return "plugin_event", _plugin_data(event)
+    return "child_event", _child_data(event)
+
+
+def _plugin_data(event: PluginEvent) -> dict[str, Any]:
+    return {
+        "type": event.type,
+        "data": dict(event.data),
+        "step": event.step,
+        "call_id": event.call_id,
+    }
+
+
+def _child_data(event: ChildEvent) -> dict[str, Any]:
+    return {
+        "parent_call_id": event.parent_call_id,
+        "tag": event.tag,
+        "child_session_id": event.session_id,
+        "event": agent_event_data(event.event),
+    }
+
+
+def agent_event_data(event: AgentEvent) -> dict[str, Any]:
+    """A caller event of the kernel (``agent.stream``) as JSON: what a ``child_event`` carries."""
+    if isinstance(event, TextDeltaEvent):
+        return {"kind": "text_delta", "step": event.step, "text": event.text}
+    if isinstance(event, ToolCallEvent):
+        call = event.call
+        return {
+            "kind": "tool_call",
+            "step": event.step,
+            "call_id": call.id,
+            "name": call.name,
+            "arguments": call.arguments,
+        }
+    if isinstance(event, ToolResultEvent):
+        return {
+            "kind": "tool_result",
+            "step": event.step,
+            "call_id": event.call_id,
+            "name": event.name,
+            "content": event.content,
+            "is_error": event.is_error,
+            "refused_by": event.refused_by,
+            "event_id": event.event_id,
+        }
+    if isinstance(event, StepEvent):
+        return {
+            "kind": "step",
+            "step": event.step,
+            "usage": event.usage.model_dump(),
+            "tool_calls": event.tool_calls,
+            "event_id": event.event_id,
+        }
+    if isinstance(event, PluginEvent):
+        return {"kind": "plugin", **_plugin_data(event), "event_id": event.event_id}
+    if isinstance(event, ChildEvent):
+        return {"kind": "child", **_child_data(event)}
+    result = event.result
+    return {
+        "kind": "final",
+        "event_id": event.event_id,
+        "outcome": result.outcome,
+        "output": result.output,
+        "steps": result.steps,
+        "error": result.error,
+        "usage": result.usage.model_dump(),
+        "cost_usd": result.cost_usd,
+        "refused_by": result.refused_by,
+        "suspension": dict(result.suspension) if result.suspension is not None else None,
+    }
 
 
 class SessionStream:
@@ -222,7 +427,7 @@ class SessionStream:
         self._last_type: str | None = None
         self._delivered = 0
 
-    async def frames(self) -> AsyncIterator[bytes]:
+    async def frames(self) -> AsyncGenerator[bytes, None]:
         """The stream's bytes; ends with a terminal event."""
         yield b"retry: 2000\n\n"
         with self.hub.subscribe(self.sid) as sub:
@@ -279,6 +484,14 @@ class SessionStream:
                             "offset": item.offset,
                             "text": item.text,
                         },
+                    )
+                elif isinstance(item, Live) and not self.finished:
+                    # Not journaled, so never repeated by a replay: sent late rather than
+                    # dropped when the stream read past it while it waited.
+                    sent = True
+                    yield frame(
+                        item.name,
+                        {"session_id": self.sid, "after_event_id": item.after_seq, **item.data},
                     )
                 if self.finished:
                     return

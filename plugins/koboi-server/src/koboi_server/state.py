@@ -7,18 +7,32 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from koboi.store import JobQueue, KeyedRecords, Store, jobs_of, records_of
 from koboi_server.approvals import ApprovalBook
 from koboi_server.hub import Hub
 from koboi_server.keys import KeyRing
+from koboi_server.outages import StoreOutage
 from koboi_server.runs import RunRegistry
 
 if TYPE_CHECKING:
     from koboi.agent import KoboiAgent
     from koboi.config import AgentConfig
-    from koboi.store import Store
-    from koboi_server.jobs import JobRunner
+    from koboi_server.jobs import JobOutbox, JobRunner
+    from koboi_server.principals import PrincipalGate
     from koboi_server.settings import ServerSettings
     from koboi_server.webhooks.dispatcher import WebhookDispatcher
+
+
+#: What the server keeps in the store's keyed records, for the one line that refuses a
+#: store without them.
+RECORDS_FEATURE = "koboi serve (API keys, idempotency keys, approvals, the webhook outbox)"
+JOBS_FEATURE = "koboi serve (background jobs: POST /v1/jobs)"
+
+
+def store_capabilities(store: Store) -> tuple[KeyedRecords, JobQueue]:
+    """The store's keyed records and job queue, or one :class:`~koboi.errors.MissingCapability`
+    line saying which the server lacks (checked before anything is served)."""
+    return records_of(store, RECORDS_FEATURE), jobs_of(store, JOBS_FEATURE)
 
 
 @dataclass
@@ -28,7 +42,12 @@ class ServerState:
     config: AgentConfig
     settings: ServerSettings
     agent: KoboiAgent
+    #: The journal (sessions, events, leases).
     store: Store
+    #: The store's keyed records: keys, idempotency keys, approvals, webhook outbox.
+    records: KeyedRecords
+    #: The store's job queue.
+    jobs: JobQueue
     hub: Hub
     registry: RunRegistry
     book: ApprovalBook
@@ -41,8 +60,15 @@ class ServerState:
     webhooks: WebhookDispatcher
     #: Runs queued jobs in this process (None when ``server.run_jobs`` is off).
     runner: JobRunner | None = None
-    #: Why this server refuses jobs (the runner's agent could not open: the C3 rule).
+    #: Why this server refuses jobs (the runner's agent could not open: the unattended-destruction rule).
     jobs_refused: str | None = None
+    #: Who may use the server (set when it starts; see koboi_server.principals).
+    gate: PrincipalGate | None = None
+    #: The webhook deliveries a job's status change sends (job.finished...), written
+    #: in the same transaction as that status.
+    job_outbox: JobOutbox | None = None
+    #: Whether the store fails, as the background loops see it (logged once per outage).
+    outage: StoreOutage = field(default_factory=StoreOutage)
     #: Set when a job was queued here, so an idle job worker looks at once.
     _job_queued: anyio.Event | None = field(default=None, repr=False)
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import email.utils
 import json
-import logging
 import math
 import os
 import re
@@ -47,8 +46,15 @@ from anyio.abc import TaskStatus
 if TYPE_CHECKING:
     import httpx
 
+    from koboi.plugins import PluginHost
+
 from koboi.errors import KoboiError
-from koboi.store import RecordWrite, Store
+from koboi.logs import get_logger
+from koboi.store import RecordWrite, Store, records_of
+from koboi_http.guard import Resolver
+from koboi_http.hooks import WEBHOOK
+from koboi_http.pinning import PinnedTarget, pinned_client, send_pinned
+from koboi_server.outages import LoopErrors, StoreOutage, is_store_failure
 from koboi_server.webhooks.delivery import (
     DUE_KIND,
     HISTORY_LIMIT,
@@ -62,17 +68,11 @@ from koboi_server.webhooks.delivery import (
 )
 from koboi_server.webhooks.errors import WebhookError, WebhookURLRefused
 from koboi_server.webhooks.signing import Secrets, new_message_id, secret_key, webhook_headers
-from koboi_server.webhooks.url_guard import (
-    PinnedURL,
-    WebhookURLPolicy,
-    redacted_url,
-    shown_url,
-)
-from koboi_tools_web.guard import Resolver
+from koboi_server.webhooks.url_guard import WebhookURLPolicy, redacted_url, shown_url
 
 __all__ = ["WebhookDispatcher"]
 
-log = logging.getLogger("koboi_server.webhooks")
+log = get_logger("koboi_server.webhooks")
 
 CLAIM_PREFIX = "webhook-claim:"
 _EVENT_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
@@ -118,6 +118,8 @@ class WebhookDispatcher:
     :param verify: TLS verification: True (system CAs via httpx), False, or an ``SSLContext``.
     :param holder: this dispatcher's name in claims and attempt history
         (default ``host:pid:random``).
+    :param host: the plugin host whose ``koboi_http`` request hooks see each delivery
+        (peer ``"webhook"``); default: the kernel's default host.
     """
 
     def __init__(
@@ -139,6 +141,7 @@ class WebhookDispatcher:
         verify: ssl.SSLContext | bool = True,
         user_agent: str = "koboi-webhooks/0.1",
         holder: str | None = None,
+        host: PluginHost | None = None,
     ) -> None:
         _check_positive_int("max_attempts", max_attempts)
         _check_positive_int("concurrency", concurrency)
@@ -160,6 +163,12 @@ class WebhookDispatcher:
                 "or another replica could send the same attempt while this one still waits"
             )
         self.store = store
+        #: Whose ``koboi_http`` request hooks run for each delivery (peer "webhook").
+        self.host = host
+        self.records = records_of(store, "webhooks (their durable outbox)")
+        #: Where a failing store is said (once per outage); the server shares one
+        #: between its background loops.
+        self.outage = StoreOutage()
         self.policy = WebhookURLPolicy(allow, resolver=resolver)
         self.max_attempts = max_attempts
         self.backoff = backoff or Backoff()
@@ -218,9 +227,9 @@ class WebhookDispatcher:
         )
         # The delivery first, then its index entry: a crash in between leaves a
         # pending delivery that sweep() indexes again, never an entry with no delivery.
-        await self.store.record_put(delivery[0], delivery[1], delivery[2])
+        await self.records.record_put(delivery[0], delivery[1], delivery[2])
         try:
-            await self.store.record_put(due[0], due[1], due[2])
+            await self.records.record_put(due[0], due[1], due[2])
         except KoboiError as exc:
             # The delivery is stored, so it is not lost: the next sweep indexes it.
             # Raising here would make the caller enqueue it again under a new id.
@@ -308,7 +317,7 @@ class WebhookDispatcher:
 
     async def get(self, delivery_id: str) -> WebhookDelivery | None:
         """The delivery with this id, or None (unknown, or expired after retention)."""
-        record = await self.store.record_get(RECORD_KIND, delivery_id)
+        record = await self.records.record_get(RECORD_KIND, delivery_id)
         if record is None:
             return None
         try:
@@ -330,7 +339,7 @@ class WebhookDispatcher:
             raise WebhookError(f"webhook status must be one of {', '.join(STATUSES)}")
         wanted = dict(metadata or {})
         found: list[WebhookDelivery] = []
-        for key, record in await self.store.record_list(RECORD_KIND):
+        for key, record in await self.records.record_list(RECORD_KIND):
             if status is not None and record.get("status") != status:
                 continue
             meta = record.get("metadata") or {}
@@ -360,22 +369,29 @@ class WebhookDispatcher:
         self._wake = anyio.Event()
         task_status.started()
         next_sweep = 0.0
+        passes = LoopErrors("webhook deliveries", self.outage)
         while True:
             if self._sweep_soon or time.monotonic() >= next_sweep:
                 self._sweep_soon = False
                 try:
                     await self.sweep()
-                except (KoboiError, OSError) as exc:
-                    log.warning("webhook sweep failed (will retry): %s", exc)
+                except Exception as exc:  # a failed sweep is retried; it must not end the loop
+                    if is_store_failure(exc):
+                        self.outage.failed("webhook sweep", exc)
+                    else:
+                        log.warning("webhook sweep failed (will retry): %s", exc)
+                else:
+                    self.outage.answered("webhook sweep")
                 next_sweep = time.monotonic() + 300.0
             busy = False
             try:
                 busy = len(await self.deliver_due()) >= self.batch_size
-            except (KoboiError, OSError) as exc:
-                log.warning("webhook pass failed (will retry): %s", exc)
-            except Exception:
-                # A bug must not stop deliveries for the life of the server: log it whole.
-                log.exception("webhook pass failed unexpectedly (will retry)")
+            except Exception as exc:
+                # A bug must not stop deliveries for the life of the server: logged (a store
+                # failure once per outage, a bug with its traceback once while it repeats).
+                passes.failed(exc)
+            else:
+                passes.ok()
             if busy:
                 continue
             with anyio.move_on_after(self.poll_interval):
@@ -390,7 +406,7 @@ class WebhookDispatcher:
         """
         now = time.time()
         due: list[tuple[float, str, int]] = []
-        for key, entry in await self.store.record_list(DUE_KIND):
+        for key, entry in await self.records.record_list(DUE_KIND):
             try:
                 at, attempts = float(entry["next_attempt_at"]), int(entry["attempts"])
             except (KeyError, TypeError, ValueError):
@@ -430,9 +446,9 @@ class WebhookDispatcher:
         Returns how many were re-indexed. Cheap enough to run now and then: it
         reads every stored delivery once.
         """
-        indexed = {key for key, _ in await self.store.record_list(DUE_KIND)}
+        indexed = {key for key, _ in await self.records.record_list(DUE_KIND)}
         repaired = 0
-        for key, record in await self.store.record_list(RECORD_KIND):
+        for key, record in await self.records.record_list(RECORD_KIND):
             if record.get("status") != "pending" or key in indexed:
                 continue
             try:
@@ -453,17 +469,17 @@ class WebhookDispatcher:
 
     async def _attempt(self, delivery_id: str, attempts: int) -> WebhookDelivery | None:
         claimed_at = time.time()
-        claim = await self.store.counter_add(
+        claim = await self.records.counter_add(
             f"{CLAIM_PREFIX}{delivery_id}:{attempts}", 1, expires_at=claimed_at + self.claim_ttl
         )
         if claim != 1:
             return None  # another dispatcher holds this attempt
-        record = await self.store.record_get(RECORD_KIND, delivery_id)
+        record = await self.records.record_get(RECORD_KIND, delivery_id)
         if record is None:
-            await self.store.record_delete(DUE_KIND, delivery_id)
+            await self.records.record_delete(DUE_KIND, delivery_id)
             return None
         if record.get("status") != "pending":
-            await self.store.record_delete(DUE_KIND, delivery_id)
+            await self.records.record_delete(DUE_KIND, delivery_id)
             return None
         if int(record["attempts"]) != attempts:
             # Our index entry is stale (a crash between the two writes of an attempt).
@@ -526,12 +542,12 @@ class WebhookDispatcher:
                 wait = max(wait, min(outcome.retry_after, _RETRY_AFTER_CAP))
             record.update(status=status, next_attempt_at=finished + wait)
         if status == "pending":
-            await self.store.record_put(RECORD_KIND, delivery_id, record)
+            await self.records.record_put(RECORD_KIND, delivery_id, record)
             await self._put_due(delivery_id, float(record["next_attempt_at"]), number)
         else:
             expires = None if self.retention is None else finished + self.retention
-            await self.store.record_put(RECORD_KIND, delivery_id, record, expires_at=expires)
-            await self.store.record_delete(DUE_KIND, delivery_id)
+            await self.records.record_put(RECORD_KIND, delivery_id, record, expires_at=expires)
+            await self.records.record_delete(DUE_KIND, delivery_id)
         shown = redacted_url(str(record["url"]))
         if status == "delivered":
             log.info("webhook %s delivered to %s (attempt %d)", delivery_id, shown, number)
@@ -572,60 +588,48 @@ class WebhookDispatcher:
         except OSError as exc:
             return _Outcome(None, f"{type(exc).__name__}: {exc.strerror or exc}")
 
-    async def _post(self, pinned: PinnedURL, record: Mapping[str, Any]) -> _Outcome:
+    async def _post(self, pinned: PinnedTarget, record: Mapping[str, Any]) -> _Outcome:
         import httpx
 
         if self._verify is True:
             self._verify = httpx.create_ssl_context()
         body = str(record["body"]).encode("utf-8")
         headers = {
-            "Host": pinned.host_header(),
             "Content-Type": "application/json",
             "User-Agent": self.user_agent,
             **webhook_headers(list(record["secrets"]), str(record["id"]), int(time.time()), body),
         }
-        extensions: dict[str, Any] = {}
-        if pinned.url.scheme == "https":
-            extensions["sni_hostname"] = pinned.host
-        timeout = httpx.Timeout(self.timeout, connect=self.connect_timeout)
         # One client per attempt: a pooled TLS connection verified for one name must
-        # never carry another name's request to the same address. trust_env=False:
-        # a proxy would resolve the name again, undoing the pinning.
-        transport = httpx.AsyncHTTPTransport(verify=self._verify, retries=0)
-        failure: Exception | None = None
-        async with httpx.AsyncClient(
-            transport=transport, trust_env=False, follow_redirects=False, timeout=timeout
+        # never carry another name's request to the same address.
+        async with pinned_client(
+            timeout=self.timeout,
+            connect_timeout=self.connect_timeout,
+            verify=self._verify,
+            peer=WEBHOOK,
+            host=self.host,
         ) as client:
-            for address in pinned.addresses:
-                request = client.build_request(
-                    "POST",
-                    pinned.url_for(address),
-                    headers=headers,
-                    content=body,
-                    extensions=extensions,
+            try:
+                response, _ = await send_pinned(
+                    client, "POST", pinned, headers=headers, content=body
                 )
-                try:
-                    response = await client.send(request, stream=True)
-                except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                    failure = exc
-                    continue
-                try:
-                    return await _outcome_of(response)
-                finally:
-                    await response.aclose()
-        return _Outcome(None, f"cannot connect: {_error_text(failure)}")
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                return _Outcome(None, f"cannot connect: {_error_text(exc)}")
+            try:
+                return await _outcome_of(response)
+            finally:
+                await response.aclose()
 
     # -- the due index -----------------------------------------------------------------
 
     async def _put_due(self, delivery_id: str, next_attempt_at: float, attempts: int) -> None:
-        await self.store.record_put(
+        await self.records.record_put(
             DUE_KIND, delivery_id, {"next_attempt_at": next_attempt_at, "attempts": attempts}
         )
 
     async def _reindex(self, delivery_id: str) -> None:
-        record = await self.store.record_get(RECORD_KIND, delivery_id)
+        record = await self.records.record_get(RECORD_KIND, delivery_id)
         if record is None or record.get("status") != "pending":
-            await self.store.record_delete(DUE_KIND, delivery_id)
+            await self.records.record_delete(DUE_KIND, delivery_id)
         else:
             await self._put_due(
                 delivery_id, float(record["next_attempt_at"]), int(record["attempts"])
@@ -681,9 +685,7 @@ def _retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _error_text(exc: Exception | None) -> str:
-    if exc is None:
-        return "no address to connect to"
+def _error_text(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 

@@ -20,6 +20,10 @@ class WebhookURLRefused(WebhookError):
     """
 
 
+class WebhookHostUnresolved(WebhookURLRefused):
+    """A webhook URL whose host name does not resolve (now): nothing can be sent to it."""
+
+
 class WebhookVerificationError(WebhookError):
     """A received webhook is not authentic or not fresh; the receiver must reject it.
 

@@ -11,11 +11,20 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from koboi_server.webhooks.errors import WebhookError
 from koboi_server.webhooks.signing import secret_key
-from koboi_server.webhooks.url_guard import parse_allow_list, parse_webhook_url
+from koboi_server.webhooks.url_guard import WebhookURLPolicy, parse_allow_list, parse_webhook_url
 
 if TYPE_CHECKING:
     from koboi.store import Store
@@ -31,9 +40,12 @@ class WebhookEndpoint(BaseModel):
 
     url: str = Field(
         description=(
-            "http(s) URL the events are POSTed to. Checked when the config is loaded or the "
-            "job created, and before every attempt: loopback, private, link-local and "
-            "metadata addresses are refused unless the webhooks allow-list covers them."
+            "http(s) URL the events are POSTed to. Loopback, private, link-local and metadata "
+            "addresses are refused unless the webhooks allow-list covers them (metadata "
+            "addresses always). Checked when the config loads (koboi validate) for an address, "
+            "localhost or a name of the allow-list; a name that needs DNS is resolved and "
+            "checked when koboi serve starts (a refused address stops it); every address is "
+            "checked again before each attempt."
         )
     )
     secrets: list[SecretStr] = Field(
@@ -111,7 +123,9 @@ class WebhookSettings(BaseModel):
     )
     endpoints: list[WebhookEndpoint] = Field(
         default_factory=list,
-        description="Endpoints that receive events of every job (per-job webhooks add to these).",
+        description="Endpoints that receive events of every job (per-job webhooks add to these). "
+        "Their URLs are checked against the address rules and allow: when the config loads "
+        "for what needs no DNS, at start-up for the rest.",
     )
     max_attempts: int = Field(
         default=15, ge=1, le=100, description="Attempts before a delivery is marked failed."
@@ -153,6 +167,29 @@ class WebhookSettings(BaseModel):
             parse_allow_list(values)
         except WebhookError as exc:
             raise ValueError(str(exc)) from None
+        return values
+
+    @field_validator("endpoints")
+    @classmethod
+    def _endpoints(
+        cls, values: list[WebhookEndpoint], info: ValidationInfo
+    ) -> list[WebhookEndpoint]:
+        """Refuse, when the config loads, the endpoints whose verdict needs no DNS lookup."""
+        allow = info.data.get("allow")
+        if allow is None:
+            return values  # allow itself is invalid: that error is reported already
+        policy = WebhookURLPolicy(allow)
+        problems: list[InitErrorDetails] = []
+        for index, endpoint in enumerate(values):
+            try:
+                policy.check_without_dns(endpoint.url)
+            except WebhookError as exc:
+                error = PydanticCustomError("webhook_refused", "{reason}", {"reason": str(exc)})
+                problems.append({"type": error, "loc": (index, "url"), "input": endpoint.url})
+        if problems:
+            # Raised as a ValidationError so each problem keeps its own key path
+            # (server.webhooks.endpoints.<n>.url).
+            raise ValidationError.from_exception_data("WebhookSettings", problems)
         return values
 
     def endpoints_for(self, event_type: str) -> list[WebhookEndpoint]:

@@ -9,17 +9,21 @@ services, the cloud metadata endpoint, the database. The check is made on
    ``http``/``https`` only, a host, no ``user:password@``;
 2. the host is resolved here (every notation, ``127.1``, ``0x7f000001``,
    ``2130706433``, ``[::ffff:127.0.0.1]``, or a name pointing inside, ends up as
-   an address) and *every* address is classified by koboi-tools-web's guard
-   (:mod:`koboi_tools_web.guard`, shared with ``web_fetch`` so the two cannot
+   an address) and *every* address is classified by koboi-http's guard
+   (:mod:`koboi_http.guard`, shared with ``web_fetch`` so the two cannot
    drift): loopback, private, link-local, unique-local, CGNAT, multicast,
    reserved and cloud-metadata addresses are refused; one refused address
    refuses the host;
-3. the delivery connects to a checked address and nothing else: the request
+3. the delivery connects to a checked address and nothing else
+   (:mod:`koboi_http.pinning`, again shared with ``web_fetch``): the request
    goes to the IP, with the ``Host`` header and, for https, SNI and certificate
    verification kept on the name. There is no second lookup, so a DNS answer
    that changes between check and connect (rebinding) changes nothing.
 
-The check runs at registration and again before every attempt. An explicit
+The check runs at registration — for an endpoint of the config, what needs no
+DNS (an address, ``localhost``, a name of the allow-list) when the config loads
+and the rest when the server starts; for a job's webhook when the job is
+submitted — and again before every attempt. An explicit
 allow-list lets intranet receivers through: CIDR networks (``10.20.0.0/16``),
 addresses, host names (``hooks.corp``) and suffixes (``*.corp``). Cloud
 metadata addresses stay refused whatever the allow-list says.
@@ -29,18 +33,25 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from koboi_server.webhooks.errors import WebhookError, WebhookURLRefused
-from koboi_tools_web.config import normalize_allowed_host, normalize_host_name
-from koboi_tools_web.guard import AddressPolicy, IPAddress, Resolver, system_resolver
+from koboi_http.guard import (
+    AddressPolicy,
+    Resolver,
+    literal_address,
+    normalize_allowed_host,
+    normalize_allowed_network,
+    normalize_host_name,
+    system_resolver,
+)
+from koboi_http.pinning import AddressRefused, HostUnresolved, PinnedTarget, pin
+from koboi_server.webhooks.errors import WebhookError, WebhookHostUnresolved, WebhookURLRefused
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["PinnedURL", "WebhookURLPolicy", "parse_allow_list", "parse_webhook_url"]
+__all__ = ["WebhookURLPolicy", "parse_allow_list", "parse_webhook_url"]
 
 _PREVIEW = 120
 # Host names as compared (lower case, IDNA); '*.' marks a suffix entry.
@@ -83,20 +94,14 @@ def parse_allow_list(entries: Iterable[str]) -> tuple[list[str], list[str]]:
                 "('10.0.0.0/8'), an address or a host name ('hooks.corp', '*.corp')"
             )
         text = entry.strip()
-        if "/" in text:
-            try:
-                networks.append(str(ipaddress.ip_network(text, strict=True)))
-            except ValueError as exc:
-                raise WebhookError(
-                    f"webhook allow-list entry {text!r} is not a CIDR network ({exc}); "
-                    "write e.g. '10.20.0.0/16'"
-                ) from None
-            continue
         try:
+            if "/" in text:
+                networks.append(normalize_allowed_network(text))
+                continue
             host = normalize_allowed_host(text)
         except ValueError as exc:
             raise WebhookError(f"webhook allow-list entry {exc}") from None
-        if _literal_address(host) is None and not _HOST_NAME.fullmatch(host):
+        if literal_address(host) is None and not _HOST_NAME.fullmatch(host):
             raise WebhookError(
                 f"webhook allow-list entry {text!r} is not a host name; write 'hooks.corp', "
                 "'*.corp', an address or a CIDR network"
@@ -133,26 +138,6 @@ def parse_webhook_url(url: str) -> httpx.URL:
     return parsed.copy_with(fragment=None)
 
 
-@dataclass(frozen=True)
-class PinnedURL:
-    """A checked webhook URL and the addresses a delivery may connect to (in order)."""
-
-    url: httpx.URL
-    #: The name (or address literal) for the Host header, SNI and certificate checks.
-    host: str
-    addresses: tuple[IPAddress, ...]
-
-    def host_header(self) -> str:
-        netloc = self.url.netloc.decode("ascii")
-        if _literal_address(self.host) is not None:
-            return netloc
-        return netloc.replace(self.url.raw_host.decode("ascii"), self.host, 1)
-
-    def url_for(self, address: IPAddress) -> httpx.URL:
-        """The request URL that connects to ``address`` (and keeps path and query)."""
-        return self.url.copy_with(host=str(address))
-
-
 class WebhookURLPolicy:
     """Checks webhook URLs: public addresses pass; others only through the allow-list.
 
@@ -172,71 +157,73 @@ class WebhookURLPolicy:
         self._policy = AddressPolicy(hosts, networks)
         self._resolver = resolver or system_resolver
 
-    async def pin(self, url: str) -> PinnedURL:
-        """Parse, resolve and check ``url``; the pinned target, or :class:`WebhookURLRefused`."""
+    def check_without_dns(self, url: str) -> bool:
+        """Check what can be checked of ``url`` without a DNS lookup (when a config loads).
+
+        True when the verdict is final: an address literal, a ``localhost`` name (RFC
+        6761: always loopback), or a name the allow-list lets through. False when the
+        host is another name, whose addresses only a lookup tells (:meth:`pin` then,
+        at start-up and before every delivery). Raises :class:`WebhookURLRefused` with
+        the message :meth:`pin` would give.
+        """
         parsed = parse_webhook_url(url)
         raw = parsed.raw_host.decode("ascii")
-        literal = _literal_address(raw)
-        try:
-            host = raw if literal is not None else normalize_host_name(raw)
-        except ValueError as exc:
-            raise WebhookURLRefused(f"refused webhook URL {shown_url(url)}: {exc}") from None
-        if literal is None and (host.startswith("*") or not _HOST_NAME.fullmatch(host)):
-            raise WebhookURLRefused(
-                f"refused webhook URL {shown_url(url)}: {host!r} is not a valid host name"
-            )
-        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        literal = literal_address(raw)
         if literal is not None:
-            found: Sequence[str] = [str(literal)]
+            addresses = [literal]
+            host, host_allowed = raw, False
         else:
-            try:
-                found = await self._resolver(host, port)
-            except OSError as exc:
-                raise WebhookURLRefused(
-                    f"cannot resolve the host {host!r} of webhook URL {shown_url(url)}: "
-                    f"{exc.strerror or exc}"
-                ) from None
-            except UnicodeError as exc:
-                raise WebhookURLRefused(
-                    f"cannot resolve the host of webhook URL {shown_url(url)}: {exc}"
-                ) from None
-        addresses: list[IPAddress] = []
-        for text in found:
-            try:
-                addresses.append(ipaddress.ip_address(text))
-            except ValueError:
-                raise WebhookURLRefused(
-                    f"refused webhook URL {shown_url(url)}: {host!r} resolved to {text!r}, "
-                    "which is not an address"
-                ) from None
-        if not addresses:
-            raise WebhookURLRefused(f"cannot resolve the host {host!r}: no addresses")
-        host_allowed = literal is None and self._policy.host_allowed(host)
-        pinned: list[IPAddress] = []
+            host = self._host_name(url, raw)
+            host_allowed = self._policy.host_allowed(host)
+            if host != "localhost" and not host.endswith(".localhost"):
+                return host_allowed
+            addresses = [ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")]
         for address in addresses:
             verdict = self._policy.check(address, host_allowed=host_allowed)
             if not verdict.allowed:
-                what = (
-                    f"{host!r} is"
-                    if str(address) == raw
-                    else f"{host!r} resolves to {address}, which is"
-                )
-                hint = (
-                    "webhooks never reach it"
-                    if verdict.absolute
-                    else "webhooks reach public addresses only (allow an intranet receiver "
-                    "with the webhook allow-list: a CIDR such as '10.20.0.0/16' or a host name)"
-                )
+                what = f"{host!r} is" if literal is not None else f"{host!r} is {address},"
                 raise WebhookURLRefused(
-                    f"refused webhook URL {shown_url(url)}: {what} {verdict.refusal}; {hint}"
+                    f"refused webhook URL {shown_url(url)}: {what} {verdict.refusal}; "
+                    + _hint(liftable=not verdict.absolute)
                 )
-            if verdict.address not in pinned:
-                pinned.append(verdict.address)
-        return PinnedURL(url=parsed, host=host, addresses=tuple(pinned))
+        return True
+
+    def _host_name(self, url: str, raw: str) -> str:
+        try:
+            host = normalize_host_name(raw)
+        except ValueError as exc:
+            raise WebhookURLRefused(f"refused webhook URL {shown_url(url)}: {exc}") from None
+        if host.startswith("*") or not _HOST_NAME.fullmatch(host):
+            raise WebhookURLRefused(
+                f"refused webhook URL {shown_url(url)}: {host!r} is not a valid host name"
+            )
+        return host
+
+    async def pin(self, url: str) -> PinnedTarget:
+        """Parse, resolve and check ``url``; the pinned target, or :class:`WebhookURLRefused`
+        (:class:`WebhookHostUnresolved` when its host name does not resolve)."""
+        parsed = parse_webhook_url(url)
+        raw = parsed.raw_host.decode("ascii")
+        if literal_address(raw) is None:
+            self._host_name(url, raw)
+        try:
+            return await pin(parsed, self._policy, self._resolver)
+        except HostUnresolved as exc:
+            raise WebhookHostUnresolved(
+                f"cannot resolve the host {shown_url(exc.host)} of webhook URL {shown_url(url)}: "
+                f"{exc.reason}"
+            ) from None
+        except AddressRefused as exc:
+            raise WebhookURLRefused(
+                f"refused webhook URL {shown_url(url)}: {exc.reason}; "
+                + _hint(liftable=exc.liftable)
+            ) from None
 
 
-def _literal_address(host: str) -> IPAddress | None:
-    try:
-        return ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return None
+def _hint(*, liftable: bool) -> str:
+    if not liftable:
+        return "webhooks never reach it"
+    return (
+        "webhooks reach public addresses only (allow an intranet receiver with the webhook "
+        "allow-list: a CIDR such as '10.20.0.0/16' or a host name)"
+    )
