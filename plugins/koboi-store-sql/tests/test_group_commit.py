@@ -17,6 +17,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def _committer(store: Store) -> GroupCommitter:
 
 def _seqs(path: Path) -> dict[str, list[int]]:
     """Each session's journal sequence numbers, read with a connection of our own."""
-    with sqlite3.connect(path) as connection:
+    with closing(sqlite3.connect(path)) as connection, connection:
         rows = connection.execute("SELECT session_id, seq FROM events ORDER BY session_id, seq")
         found: dict[str, list[int]] = {}
         for session_id, seq in rows:

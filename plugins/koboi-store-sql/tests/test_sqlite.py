@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import time
+from contextlib import closing
 from pathlib import Path
 
 import anyio
@@ -153,7 +154,7 @@ async def test_a_corrupt_sqlite_file_is_refused_untouched(db_path: Path) -> None
 @pytest.mark.anyio
 async def test_a_database_of_another_application_is_refused_untouched(tmp_path: Path) -> None:
     path = tmp_path / "app.db"
-    with sqlite3.connect(path) as connection:
+    with closing(sqlite3.connect(path)) as connection, connection:
         connection.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
     connection.close()
     before = _snapshot(path)

@@ -8,14 +8,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["SQLStore", "StoreURL", "parse_store_url"]
+__all__ = ["SQLStore", "StoreURL", "__version__", "parse_store_url"]
 
 if TYPE_CHECKING:
+    from koboi_store_sql._version import __version__
     from koboi_store_sql.store import SQLStore
     from koboi_store_sql.url import StoreURL, parse_store_url
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from koboi_store_sql._version import __version__
+
+        return __version__
     if name == "SQLStore":
         from koboi_store_sql.store import SQLStore
 

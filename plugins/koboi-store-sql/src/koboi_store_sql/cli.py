@@ -38,19 +38,18 @@ class NotASQLStore(KoboiError):
 
 
 def _store_url(config_path: Path | None) -> tuple[str, Path]:
-    from koboi.config import load_config, resolve_store_url, store_scheme
+    from koboi.config import load_config, resolve_store, store_scheme
 
     try:
-        from koboi_cli import host
+        from koboi_cli.api import get_host
 
-        catalog = host.get_host().catalog()
+        catalog = get_host().catalog()
     except ImportError:  # used without koboi-cli (tests, embedding)
         from koboi.plugins import default_host
 
         catalog = default_host().catalog()
     config = load_config(config_path, catalog) if config_path is not None else None
-    url = resolve_store_url(config, catalog)
-    base_dir = config.base_dir if config is not None else Path.cwd()
+    url, base_dir = resolve_store(config, catalog)
     if store_scheme(url) not in ("sqlite", "postgresql", "postgres"):
         shown = url.split("?", 1)[0]
         raise NotASQLStore(

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from koboi.errors import StoreError
 from koboi_store_sql import migrate
+from koboi_store_sql.files import make_private
 from koboi_store_sql.group_commit import GroupCommitter
 from koboi_store_sql.schema import TABLES, VERSION_TABLE
 from koboi_store_sql.url import StoreURL
@@ -133,7 +134,7 @@ def translated(target: StoreURL) -> Iterator[None]:
         yield
     except StoreError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # a driver's error, as a StoreError when we know its meaning
         clear = translate(exc, target)
         if clear is None:
             raise
@@ -338,7 +339,7 @@ class Database:
         raw.execute("SAVEPOINT koboi_write")
         try:
             pending.result = pending.operation(connection)
-        except Exception as exc:
+        except Exception as exc:  # one write of the batch failed: roll it back alone
             if not raw.in_transaction:
                 # SQLite ended the whole transaction itself (I/O error, full disk):
                 # the batch is lost; every caller gets this error.
@@ -346,7 +347,7 @@ class Database:
             try:
                 raw.execute("ROLLBACK TO koboi_write")
                 raw.execute("RELEASE koboi_write")
-            except Exception:
+            except Exception:  # the rollback failed too: the write's own error is the news
                 raise exc from None
             pending.error = translate(exc, self.target) or exc
         else:
@@ -383,10 +384,11 @@ class Database:
             assert target.path is not None
             # Before connecting for writing: a refused file is never modified.
             current = inspect_sqlite_file(target)
+            # Then, before SQLite creates anything: 0600 files in a 0700 directory.
+            make_private(target.path)
             if migrations is None and current == migrate.LATEST_REVISION:
                 return  # up to date: nothing to check with alembic
             migrate.refuse_if_newer(current, migrate.revisions(migrations), target.label)
-            target.path.parent.mkdir(parents=True, exist_ok=True)
         elif migrations is None:
             with self.read() as connection:
                 if migrate.current_revision_sql(connection) == migrate.LATEST_REVISION:
@@ -427,7 +429,7 @@ def attach(target: StoreURL, migrations: Path | None = None) -> Database:
             try:
                 with translated(target):
                     database.prepare(migrations)
-            except BaseException:
+            except BaseException:  # never keep a half-prepared database
                 database.dispose()
                 raise
             _databases[key] = database

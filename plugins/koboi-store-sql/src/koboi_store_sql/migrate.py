@@ -38,7 +38,7 @@ class Revisions:
 #: alembic's head). Opening a database already at it needs no alembic at all,
 #: which keeps alembic's import (most of a second, cold, and ~15 MB of RSS) off
 #: every resume and every serving replica.
-LATEST_REVISION = "0004"
+LATEST_REVISION = "0005"
 
 
 def current_revision_sql(connection: Connection) -> str | None:

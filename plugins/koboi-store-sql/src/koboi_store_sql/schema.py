@@ -37,6 +37,12 @@ sessions = Table(
     Column("owner", Text, nullable=True),
     Column("metadata", Text, nullable=False, default="{}"),
     Column("last_seq", BigInteger, nullable=False, default=0),
+    # What the session's runs used (migration 0005); NULL: written before it, unknown.
+    Column("runs", BigInteger, nullable=True),
+    Column("model_calls", BigInteger, nullable=True),
+    Column("input_tokens", BigInteger, nullable=True),
+    Column("output_tokens", BigInteger, nullable=True),
+    Column("cost_usd", Float, nullable=True),
 )
 
 events = Table(

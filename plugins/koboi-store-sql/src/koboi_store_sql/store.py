@@ -37,17 +37,22 @@ from koboi.errors import (
     SessionNotFound,
     StoreError,
 )
+from koboi.journal import totals_of
 from koboi.store import (
     TERMINAL_JOB_STATUSES,
     AuditEntry,
     Job,
+    JobQueue,
     JobStatus,
     JournalEvent,
+    KeyedRecords,
     Lease,
     NewEvent,
     RecordWrite,
+    ResponseCache,
     SessionInfo,
     SessionStatus,
+    SessionTotals,
     Store,
     new_job_id,
     new_session_id,
@@ -61,6 +66,8 @@ from koboi_store_sql.url import StoreURL, parse_store_url
 
 T = TypeVar("T")
 
+_NO_TOTALS = SessionTotals()
+
 _SESSION_COLUMNS = (
     sessions.c.id,
     sessions.c.status,
@@ -71,6 +78,11 @@ _SESSION_COLUMNS = (
     sessions.c.owner,
     sessions.c["metadata"],
     sessions.c.last_seq,
+    sessions.c.runs,
+    sessions.c.model_calls,
+    sessions.c.input_tokens,
+    sessions.c.output_tokens,
+    sessions.c.cost_usd,
 )
 
 
@@ -98,6 +110,21 @@ _ADVANCE_SESSION = Prepared(
     update(sessions)
     .where(sessions.c.id == bindparam("sid"))
     .values(last_seq=bindparam("last"), updated_at=bindparam("now"))
+)
+# A batch that carries usage (a run started, a model or side call answered) also adds
+# to the session's totals; NULL totals (a session older than migration 0005) stay NULL.
+_ADVANCE_SESSION_TOTALS = Prepared(
+    update(sessions)
+    .where(sessions.c.id == bindparam("sid"))
+    .values(
+        last_seq=bindparam("last"),
+        updated_at=bindparam("now"),
+        runs=sessions.c.runs + bindparam("d_runs"),
+        model_calls=sessions.c.model_calls + bindparam("d_calls"),
+        input_tokens=sessions.c.input_tokens + bindparam("d_in"),
+        output_tokens=sessions.c.output_tokens + bindparam("d_out"),
+        cost_usd=sessions.c.cost_usd + bindparam("d_cost"),
+    )
 )
 _SESSION_EXISTS = Prepared(select(sessions.c.id).where(sessions.c.id == bindparam("sid")))
 _EVENTS_AFTER = (
@@ -175,7 +202,16 @@ def _session(row: Sequence[Any]) -> SessionInfo:
         owner=row[6],
         metadata=json.loads(row[7]),
         last_seq=int(row[8]),
+        totals=_totals(row[9:14]),
     )
+
+
+def _totals(values: Sequence[Any]) -> SessionTotals | None:
+    """The totals columns of a session row; None when the row predates them (NULL)."""
+    if any(value is None for value in values):
+        return None
+    runs, calls, input_tokens, output_tokens, cost = values
+    return SessionTotals(int(runs), int(calls), int(input_tokens), int(output_tokens), float(cost))
 
 
 def _job_from(values: Mapping[str, Any]) -> Job:
@@ -238,8 +274,9 @@ def _like_prefix(prefix: str) -> str:
     return escaped + "%"
 
 
-class SQLStore(Store):
-    """A durable :class:`koboi.Store` on SQLite (one machine) or PostgreSQL (shared).
+class SQLStore(Store, KeyedRecords, JobQueue, ResponseCache):
+    """A durable :class:`koboi.Store` on SQLite (one machine) or PostgreSQL (shared), with
+    every optional capability: keyed records and counters, the job queue, the response cache.
 
     :param url: ``sqlite:///path.db`` or ``postgresql[+psycopg]://...`` with
         koboi's options in the query string (see :mod:`koboi_store_sql.url`).
@@ -323,6 +360,7 @@ class SQLStore(Store):
             config_hash=config_hash,
             owner=owner,
             metadata=json.loads(_encode(dict(metadata or {}))),
+            totals=SessionTotals(),
         )
         values = {
             "s_id": info.id,
@@ -334,6 +372,11 @@ class SQLStore(Store):
             "s_owner": owner,
             "s_metadata": _encode(info.metadata),
             "s_last_seq": 0,
+            "s_runs": 0,
+            "s_model_calls": 0,
+            "s_input_tokens": 0,
+            "s_output_tokens": 0,
+            "s_cost_usd": 0.0,
         }
 
         def create(connection: Connection) -> SessionInfo:
@@ -416,6 +459,7 @@ class SQLStore(Store):
     ) -> list[JournalEvent]:
         encoded = [(event.type, _encode(event.data)) for event in events]
         audited = [_encode(record) for record in audit]
+        added = totals_of(events)
 
         def append(connection: Connection) -> list[JournalEvent]:
             # The session row is the per-session lock (FOR UPDATE on PostgreSQL;
@@ -441,9 +485,18 @@ class SQLStore(Store):
             for row in rows:
                 row["e_at"] = now
             _INSERT_EVENTS.execute_many(connection, rows)
-            _ADVANCE_SESSION.execute(
-                connection, {"sid": session_id, "last": last + len(rows), "now": now}
-            )
+            advance: dict[str, Any] = {"sid": session_id, "last": last + len(rows), "now": now}
+            if added == _NO_TOTALS:
+                _ADVANCE_SESSION.execute(connection, advance)
+            else:
+                advance.update(
+                    d_runs=added.runs,
+                    d_calls=added.model_calls,
+                    d_in=added.input_tokens,
+                    d_out=added.output_tokens,
+                    d_cost=added.cost_usd,
+                )
+                _ADVANCE_SESSION_TOTALS.execute(connection, advance)
             return [
                 JournalEvent(session_id, last + i, kind, json.loads(data), now)
                 for i, (kind, data) in enumerate(encoded, start=1)
@@ -874,6 +927,36 @@ class SQLStore(Store):
 
         return await self._write(update_)
 
+    async def requeue_job(self, job: Job, *, records: Sequence[RecordWrite] = ()) -> Job:
+        outbox = [(kind, key, _encode(data)) for kind, key, data in records]
+
+        def requeue(connection: Connection) -> Job:
+            row = connection.execute(
+                select(jobs).where(jobs.c.id == job.id).with_for_update()
+            ).first()
+            if row is None:
+                raise JobNotFound(f"no job {job.id!r} in this store")
+            if (
+                int(row.fence) != job.fence
+                or row.holder != job.holder
+                or row.status != "waiting_input"
+            ):
+                raise FencedOut(
+                    f"job {job.id!r} changed since it was read (now {row.status}); read it again"
+                )
+            for kind, key, data in outbox:
+                _put_record(connection, kind, key, data, None)
+            values: dict[str, Any] = {
+                "status": "queued",
+                "holder": None,
+                "lease_expires_at": None,
+                "updated_at": time.time(),
+            }
+            connection.execute(update(jobs).where(jobs.c.id == job.id).values(**values))
+            return _job_from({**row._mapping, **values})
+
+        return await self._write(requeue)
+
     async def release_job(self, job: Job) -> Job:
         def release(connection: Connection) -> Job:
             row = self._held(connection, job)
@@ -943,3 +1026,30 @@ class SQLStore(Store):
     async def schema_revision(self) -> str | None:
         """The alembic revision of the open database."""
         return await anyio.to_thread.run_sync(self._db().revision)
+
+    async def statistics(self) -> dict[str, Any]:
+        """How big the database is: rows per table and bytes (for ``koboi diagnostics``)."""
+        target = self.target
+
+        def count(connection: Connection) -> dict[str, Any]:
+            rows = {
+                table.name: int(
+                    connection.execute(select(func.count()).select_from(table)).scalar_one()
+                )
+                for table in (sessions, events_table, audit_table, records, jobs, response_cache)
+            }
+            found: dict[str, Any] = {"dialect": target.dialect, "rows": rows}
+            if target.dialect == "sqlite" and target.path is not None:
+                files = [target.path, Path(f"{target.path}-wal"), Path(f"{target.path}-shm")]
+                found["bytes"] = sum(f.stat().st_size for f in files if f.exists())
+            elif target.dialect == "postgresql":
+                found["bytes"] = int(
+                    connection.exec_driver_sql(
+                        "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                        "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+                    ).scalar_one()
+                )
+            return found
+
+        return await self._read(count)
