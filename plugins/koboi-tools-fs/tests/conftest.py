@@ -22,7 +22,7 @@ import pytest
 
 from koboi.sandbox import PassthroughSandbox
 from koboi.tools import Tool, ToolContext
-from koboi_sandbox import paths
+from koboi_confine import paths
 from koboi_tools_fs.config import FsSettings
 from koboi_tools_fs.tools import make_tools
 

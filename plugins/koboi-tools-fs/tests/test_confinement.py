@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from koboi.errors import ToolError
-from koboi_sandbox.paths import PathRefused
+from koboi_confine.paths import PathRefused
 
 pytestmark = pytest.mark.anyio
 

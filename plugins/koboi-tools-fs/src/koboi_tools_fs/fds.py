@@ -1,6 +1,6 @@
 """Directory descriptors: every file operation is made relative to one.
 
-A model's path is resolved once, by :func:`koboi_sandbox.paths.open_inside`,
+A model's path is resolved once, by :func:`koboi_confine.paths.open_inside`,
 into a descriptor of a directory inside the working directory. From then on
 each operation names a single component relative to that descriptor
 (``openat``, ``fstatat``, ``unlinkat``, ``renameat``, ``mkdirat`` through the
@@ -22,7 +22,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from koboi.errors import ToolError
-from koboi_sandbox.paths import PathRefused, open_inside
+from koboi_confine.paths import Identity, PathRefused, open_inside, refuse_foreign_link
 
 #: How directories named by the model are opened (readable, so scandir works).
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY
@@ -195,7 +195,7 @@ def make_dirs(
             os.close(current)
             current = step
         return current
-    except BaseException:
+    except BaseException:  # the walk stopped (an error, a cancel): close its descriptor
         os.close(current)
         raise
 
@@ -236,7 +236,7 @@ def write_temp(
         if owner is not None:
             os.fchown(fd, *owner)
         os.fsync(fd)
-    except BaseException:
+    except BaseException:  # a half-written temp file never stays behind
         os.close(fd)
         discard(dir_fd, tmp)
         raise
@@ -257,7 +257,7 @@ def replace_file(
     tmp = write_temp(dir_fd, name, data, mode=mode, owner=owner)
     try:
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
+    except BaseException:  # the rename did not happen: the temp file goes
         discard(dir_fd, tmp)
         raise
 
@@ -280,13 +280,17 @@ def create_file(dir_fd: int, name: str, tmp: str) -> None:
     discard(dir_fd, tmp)
 
 
-def read_regular(dir_fd: int, name: str, shown: str, limit: int) -> tuple[bytes, os.stat_result]:
-    """The bytes of the regular file ``name`` in ``dir_fd``, refusing anything over ``limit``."""
+def read_regular(
+    dir_fd: int, name: str, shown: str, limit: int, identity: Identity
+) -> tuple[bytes, os.stat_result]:
+    """The bytes of the regular file ``name`` in ``dir_fd``, to be changed: refusing
+    anything over ``limit``, and a hard link ``identity`` could not change itself."""
     with reported(shown):
         fd = open_child_file(dir_fd, name)
     with closing_fd(fd), reported(shown):
         info = os.fstat(fd)
         require_regular(info, shown)
+        refuse_foreign_link(info, identity, shown, write=True)
         if info.st_size > limit:
             raise ToolError(
                 f"{shown!r} is {info.st_size:,} bytes; the limit for changing a file is "

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
+from koboi_confine.paths import Identity, link_allowed
 from koboi_tools_fs.fds import closing_fd, open_child_dir, open_child_file
 from koboi_tools_fs.reading import SNIFF_BYTES, is_binary
 
@@ -186,6 +187,8 @@ class GrepReport:
     files: int = 0
     binary: int = 0
     long_lines: int = 0
+    #: Hard-linked files skipped: the session could not have opened them as itself.
+    linked: int = 0
 
 
 def grep_tree(
@@ -195,9 +198,11 @@ def grep_tree(
     include: str | None,
     budget: Budget,
     report: GrepReport,
+    identity: Identity,
     depth: int = 0,
 ) -> None:
-    """Search every regular file beneath ``dir_fd`` (symlinks skipped) whose name matches ``include``."""
+    """Search every regular file beneath ``dir_fd`` (symlinks skipped) whose name matches
+    ``include``; a hard link ``identity`` could not open is skipped and counted."""
     for entry in entries(dir_fd):
         if len(report.matches) > budget.max_results or not budget.scan():
             return
@@ -209,13 +214,25 @@ def grep_tree(
             except OSError:
                 continue
             with closing_fd(child):
-                grep_tree(child, [*prefix, entry.name], regex, include, budget, report, depth + 1)
+                grep_tree(
+                    child,
+                    [*prefix, entry.name],
+                    regex,
+                    include,
+                    budget,
+                    report,
+                    identity,
+                    depth + 1,
+                )
         elif entry.is_file and (include is None or fnmatchcase(entry.name, include)):
             try:
                 fd = open_child_file(dir_fd, entry.name)
             except OSError:
                 continue
             with closing_fd(fd):
+                if not link_allowed(os.fstat(fd), identity):
+                    report.linked += 1
+                    continue
                 grep_file(fd, "/".join([*prefix, entry.name]), regex, budget, report)
 
 

@@ -1,7 +1,7 @@
 """The nine file operations, on one session's working directory.
 
-Every path a model gives is checked by :func:`koboi_sandbox.paths.relative_parts`
-and resolved by :func:`koboi_sandbox.paths.open_inside` (in the kernel, beneath
+Every path a model gives is checked by :func:`koboi_confine.paths.relative_parts`
+and resolved by :func:`koboi_confine.paths.open_inside` (in the kernel, beneath
 the root, component by component, never by string prefix). What follows
 works on directory descriptors only (see :mod:`koboi_tools_fs.fds`).
 Failures the model should read are :class:`koboi.errors.ToolError`.
@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from koboi.errors import ToolError
-from koboi_sandbox.paths import PathRefused, open_inside, relative_parts
+from koboi_confine.paths import (
+    Identity,
+    PathRefused,
+    open_inside,
+    refuse_foreign_link,
+    relative_parts,
+    session_identity,
+)
 from koboi_tools_fs.config import FsSettings
 from koboi_tools_fs.fds import (
     NEW_FILE_MODE,
@@ -62,6 +69,14 @@ class Workspace:
     def __init__(self, root: Path, settings: FsSettings | None = None) -> None:
         self.root = root
         self.settings = settings or FsSettings()
+        self._identity: Identity | None = None
+
+    @property
+    def identity(self) -> Identity:
+        """Who the session is: what decides whether a hard-linked file may be opened."""
+        if self._identity is None:
+            self._identity = session_identity(self.root)
+        return self._identity
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -97,7 +112,9 @@ class Workspace:
             fd = open_inside(self.root, path, os.O_RDONLY | os.O_NONBLOCK)
         with closing_fd(fd):
             with reported(path):
-                require_regular(os.fstat(fd), path)
+                info = os.fstat(fd)
+                require_regular(info, path)
+            refuse_foreign_link(info, self.identity, path)
             return read_page(fd, path, offset=offset, limit=limit, cap=self.settings.max_read_bytes)
 
     def list_dir(self, path: str = ".") -> str:
@@ -171,10 +188,11 @@ class Workspace:
         with reported(path):
             fd = open_inside(self.root, path, os.O_RDONLY | os.O_NONBLOCK)
         with closing_fd(fd), reported(path):
-            mode = os.fstat(fd).st_mode
-            if stat.S_ISDIR(mode):
-                grep_tree(fd, parts, regex, include, budget, report)
-            elif stat.S_ISREG(mode):
+            info = os.fstat(fd)
+            if stat.S_ISDIR(info.st_mode):
+                grep_tree(fd, parts, regex, include, budget, report, self.identity)
+            elif stat.S_ISREG(info.st_mode):
+                refuse_foreign_link(info, self.identity, path)
                 grep_file(fd, "/".join(parts), regex, budget, report)
             else:
                 raise ToolError(f"{path!r} is neither a directory nor a regular file")
@@ -187,6 +205,11 @@ class Workspace:
             )
         if report.binary:
             lines.append(f"[{report.binary:,} binary files skipped]")
+        if report.linked:
+            lines.append(
+                f"[{report.linked:,} hard-linked files skipped: this session could not open "
+                "them as itself]"
+            )
         if report.long_lines:
             lines.append(f"[{report.long_lines:,} very long lines searched in their first MiB]")
         lines.extend(_budget_notes(budget))
@@ -208,6 +231,7 @@ class Workspace:
                         f"{path!r} is a symlink; write_file does not write through symlinks"
                     )
                 require_regular(existing, path)
+                refuse_foreign_link(existing, self.identity, path, write=True)
                 mode = stat.S_IMODE(existing.st_mode) & _KEPT_MODE
                 owner = self._owner_of(existing)
             else:
@@ -225,7 +249,9 @@ class Workspace:
         parent = open_parent(self.root, parts, path, create=False, owner=None)
         name = parts[-1]
         with closing_fd(parent):
-            data, info = read_regular(parent, name, path, self.settings.max_write_bytes)
+            data, info = read_regular(
+                parent, name, path, self.settings.max_write_bytes, self.identity
+            )
             text = _decode_strict(data, path, "edit_file")
             count = text.count(old_text)
             if count == 0:
@@ -322,7 +348,9 @@ class Workspace:
         plan = _Plan(parts=parts, shown=shown, parent=parent)
         if parent is None or lstat_child(parent, parts[-1]) is None:
             return plan
-        data, info = read_regular(parent, parts[-1], shown, self.settings.max_write_bytes)
+        data, info = read_regular(
+            parent, parts[-1], shown, self.settings.max_write_bytes, self.identity
+        )
         plan.original = plan.current = _decode_strict(data, shown, "apply_patch")
         plan.original_bytes = data
         plan.mode = stat.S_IMODE(info.st_mode) & _KEPT_MODE
@@ -359,7 +387,7 @@ class Workspace:
                         mode=plan.mode,
                         owner=plan.owner if plan.original is not None else owner,
                     )
-        except BaseException:
+        except BaseException:  # all or nothing: an interrupted patch leaves no temp or dir
             _discard_temps(changed)
             _remove_dirs(created_dirs)
             raise
