@@ -1,4 +1,5 @@
-"""The tools under the ``restricted`` sandbox: git runs confined, as user nobody when koboi is root.
+"""The tools under the ``restricted`` sandbox: git runs confined, as the session's own user
+when koboi is root.
 
 Under ``restricted`` every process gets an environment built from nothing, in
 which HOME is the session's workdir and ``GIT_CONFIG_*`` names are stripped
@@ -9,7 +10,6 @@ that the tools stay safe there.
 from __future__ import annotations
 
 import os
-import pwd
 import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -55,16 +55,16 @@ def _give_to_sandbox_user(path: Path) -> None:
     """What a session's workdir is like when the sandbox user made its content."""
     if not AS_ROOT:
         return
-    nobody = pwd.getpwnam("nobody")
+    owner = path.stat()  # the sandbox gives each session's workdir to the session's uid
     for root, dirs, files in os.walk(path):
         for name in [*dirs, *files]:
-            os.lchown(os.path.join(root, name), nobody.pw_uid, nobody.pw_gid)
+            os.lchown(os.path.join(root, name), owner.st_uid, owner.st_gid)
 
 
 def _session_repo(
     open_dir: Path, session: str, make_repo: Callable[..., Path], *, give: bool = True
 ) -> Path:
-    workdir = _sandbox(open_dir).workdir_for(session)  # created for nobody, mode 0700
+    workdir = _sandbox(open_dir).workdir_for(session)  # made for the session's uid, mode 0700
     make_repo(workdir)
     if give:
         _give_to_sandbox_user(workdir)
@@ -136,7 +136,7 @@ async def test_an_agent_uses_the_git_tools_in_its_sandboxed_workdir(
         "Sandboxed Agent <sandboxed@example.invalid>"
     )
     if AS_ROOT:  # git really ran as the sandbox user
-        assert (workdir / ".git" / "index").stat().st_uid == pwd.getpwnam("nobody").pw_uid
+        assert (workdir / ".git" / "index").stat().st_uid == workdir.stat().st_uid != 0
     assert not marker.exists()
     # Control: the same hook runs for a plain git commit.
     assert git_proc(workdir, "commit", "-q", "--allow-empty", "-m", "plain").returncode == 0
@@ -158,7 +158,7 @@ async def test_a_repository_another_user_owns_is_trusted_only_as_the_sessions_wo
     assert "modified: a.txt" in await call(tools["git_status"], ctx)
     assert "+alpha, changed" in await call(tools["git_diff"], ctx)
     assert "first" in await call(tools["git_log"], ctx)
-    # Trusted is not writable: nobody still cannot write root's .git.
+    # Trusted is not writable: the session's user still cannot write root's .git.
     with pytest.raises(ToolError, match=r"git (add|commit) failed"):
         await call(tools["git_commit"], ctx, message="x", paths=["a.txt"])
 

@@ -15,7 +15,7 @@ import pytest
 from koboi.errors import ToolError
 from koboi.sandbox import PassthroughSandbox, ProcessResult
 from koboi.tools import Tool, ToolContext
-from koboi_sandbox.paths import PathRefused
+from koboi_confine.paths import PathRefused
 
 pytestmark = pytest.mark.anyio
 

@@ -1,1 +1,20 @@
 """git tools for koboi: ``git_status``, ``git_diff``, ``git_log`` and ``git_commit``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from koboi_tools_git._version import __version__
+
+__all__ = ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    # The version on first use: the plugin host imports this package whenever koboi
+    # loads its plugins (koboi --help included), and needs nothing of it.
+    if name == "__version__":
+        from koboi_tools_git._version import __version__
+
+        return __version__
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

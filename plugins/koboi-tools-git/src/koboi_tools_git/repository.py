@@ -29,7 +29,7 @@ would then be code execution. So every call:
   stop a repository's config and hooks from running as someone else, which
   the points above already stop.
 
-Model-supplied paths are checked with :func:`koboi_sandbox.paths.relative_parts`
+Model-supplied paths are checked with :func:`koboi_confine.paths.relative_parts`
 and always passed after ``--``, as ``./``-prefixed literal pathspecs
 (``--literal-pathspecs``): never an option, never pathspec magic or a glob.
 """
@@ -45,7 +45,7 @@ from pathlib import Path, PurePosixPath
 from koboi.errors import ToolError
 from koboi.sandbox import ProcessResult
 from koboi.tools import ToolContext
-from koboi_sandbox.paths import relative_parts
+from koboi_confine.paths import relative_parts
 from koboi_tools_git.settings import ToolsGitSection
 
 #: Wall-clock limit of one git process.
