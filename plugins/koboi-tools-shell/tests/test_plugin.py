@@ -95,9 +95,11 @@ def test_a_foreground_timeout_stays_within_the_tool_call_limit(open_dir: Path) -
 
 @pytest.mark.anyio
 @pytest.mark.e2e
-async def test_an_agent_runs_the_shell_as_nobody_in_the_sessions_directory(open_dir: Path) -> None:
+async def test_an_agent_runs_the_shell_as_the_sessions_user_in_its_directory(
+    open_dir: Path,
+) -> None:
     async with KoboiAgent.from_dict(
-        _config(open_dir / "wd", "id -un; pwd"), approver=AllowAllApprover(), store=InMemoryStore()
+        _config(open_dir / "wd", "id -u; pwd"), approver=AllowAllApprover(), store=InMemoryStore()
     ) as agent:
         result = await agent.run("who and where?", session_id="sess-1")
     tool_message = next(m for m in result.messages if m.role == "tool")
@@ -105,9 +107,11 @@ async def test_an_agent_runs_the_shell_as_nobody_in_the_sessions_directory(open_
     assert content.startswith("exit_code: 0\n"), content
     stdout = content.split("--- stdout ---\n", 1)[1].split("\n--- stderr ---", 1)[0]
     user, where = stdout.split("\n")
+    workdir = (open_dir / "wd" / "sess-1").resolve()
+    assert where == str(workdir)
+    assert int(user) == workdir.stat().st_uid
     if os.geteuid() == 0:
-        assert user == "nobody"
-    assert where == str((open_dir / "wd" / "sess-1").resolve())
+        assert int(user) != 0
 
 
 @pytest.mark.anyio

@@ -83,10 +83,17 @@ async def test_runs_sh_in_the_sessions_workdir(
     assert (ctx.workdir / "made.txt").read_text() == "hi\n"
 
 
-async def test_restricted_runs_as_nobody_when_root(make_context: Any, call: Any) -> None:
-    result = await call(run_shell, make_context("restricted"), command="id -un")
-    expected = "nobody" if os.geteuid() == 0 else pwd.getpwuid(os.geteuid()).pw_name
-    assert section(result.content, "stdout") == expected
+async def test_restricted_runs_as_the_sessions_own_user(make_context: Any, call: Any) -> None:
+    ctx, other = make_context("restricted", "s1"), make_context("restricted", "s2")
+    assert ctx.workdir is not None and other.workdir is not None
+    result = await call(run_shell, ctx, command="id -u; id -g")
+    uid, gid = section(result.content, "stdout").split("\n")
+    owner = ctx.workdir.stat()
+    assert (int(uid), int(gid)) == (owner.st_uid, owner.st_gid)
+    if os.geteuid() == 0:  # an id of the session's own: neither root's nor another session's
+        assert owner.st_uid not in (0, pwd.getpwnam("nobody").pw_uid, other.workdir.stat().st_uid)
+    else:
+        assert int(uid) == os.geteuid()
 
 
 # -- timeouts kill everything ---------------------------------------------------------------
@@ -241,7 +248,7 @@ async def test_cwd_outside_the_workdir_is_refused(
     # A sibling whose name starts with the workdir's: a string prefix check would pass it.
     evil = workdir.parent / (workdir.name + "_evil")
     evil.mkdir()
-    # Made by the command's own user (nobody under restricted), so it can write there.
+    # Made by the command's own user (the session's under restricted), so it can write there.
     await call(run_shell, ctx, command="mkdir sub && ln -s /etc link && echo x > file")
     cases = {
         "/etc": "outside the working directory",

@@ -8,23 +8,22 @@ whichever event loop happened to run the call (a test's, a server request's)
 and escape structured concurrency. So the registry owns its own event loop:
 a daemon thread, started on the first background job, runs
 :class:`anyio.from_thread.BlockingPortal` in a task group. Each job is one
-task there that awaits ``ctx.run_process`` — the same confinement as a
-foreground command (process group, or the PID namespace under
-``restricted``), with the job's own timeout. ``shell_kill`` cancels that task,
-and cancelling ``run_process`` kills the process group (under ``restricted``
-the namespace dies with it). When the Python process exits, an ``atexit``
-hook stops the loop, which cancels every job the same way.
+task there that holds a long-lived process from ``ctx.open_process`` — the
+same confinement as a foreground command (process group, or the PID
+namespace under ``restricted``) — under the job's own timeout. ``shell_kill``
+cancels that task, and leaving the process's ``async with`` kills its whole
+tree (under ``restricted`` the namespace dies with it), even in a cancelled
+task. When the Python process exits, an ``atexit`` hook stops the loop, which
+cancels every job the same way.
 
 What a job prints
 -----------------
-``run_process`` returns output only when the command ends, but
-``shell_status`` shows output *so far*. A small wrapper redirects the job's
-stdout and stderr into a FIFO that koboi created in the session's working
-directory (the only place a confined process may write under
-``isolation: hard``), opened by koboi before the job starts, and removed by the
-wrapper as soon as it has opened it. koboi reads it as data arrives and keeps
-only the last ``max_output_bytes``: nothing is written to disk, and a
-chatty job costs a bounded amount of memory.
+The process's stderr goes to its stdout, a pipe koboi reads as data arrives,
+keeping only the last ``max_output_bytes`` (:class:`TailBuffer`): nothing is
+written to disk, and a chatty job costs a bounded amount of memory. Its stdin
+is closed at once (it reads end-of-file, as from ``/dev/null``). When the
+command exits, whatever it left running is killed with it, and what is still
+in the pipe is read for a moment more.
 
 Jobs belong to the session that started them and live in this process only:
 they do not survive a restart (the journal still records each call and its
@@ -35,11 +34,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import os
 import secrets
-import shutil
-import stat
-import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -51,25 +46,19 @@ import anyio
 from anyio.from_thread import BlockingPortal
 
 from koboi.errors import ToolError
-from koboi.sandbox import ProcessResult
+from koboi.sandbox import SandboxProcess
 from koboi.tools import ToolContext
-from koboi_tools_shell.text import decode_output, strip_controls
+from koboi_tools_shell.text import decode_output
 
 #: Finished jobs kept for ``shell_status`` (all sessions together); the oldest go first.
 MAX_FINISHED_JOBS = 64
 #: How long ``shell_kill`` waits for the job's processes to be gone.
 KILL_WAIT_SECONDS = 10.0
-#: Past the job's own timeout, when its task is cancelled whatever ``run_process`` does.
-_DEADLINE_GRACE = 15.0
-#: Output the wrapper itself may print (before its redirection; confinement errors).
-_WRAPPER_OUTPUT = 4_096
-#: Most bytes read from the FIFO in one go, so a flood cannot starve the loop.
-_READ_CHUNK = 65_536
-_READS_PER_WAKEUP = 16
-
-# $1: the FIFO, $2: the command. The FIFO's name leaves the directory as soon as
-# it is open: the command never sees it.
-_WRAPPER = 'exec >"$1" 2>&1 </dev/null\nrm -f -- "$1"\nexec /bin/sh -c "$2"'
+#: After the command exits (and what it left is killed), how long to read what is
+#: still in the pipe: a process that escaped the group may hold it open.
+_DRAIN_GRACE = 2.0
+#: The shell every job runs in.
+_SHELL = "/bin/sh"
 
 
 class TailBuffer:
@@ -133,33 +122,23 @@ class Job:
         self.kill_requested = False
         self.kill_reason = ""
         self.scope: anyio.CancelScope | None = None
-        self.launched: float | None = None  # the registry loop's clock, when _run began
 
     @property
     def done(self) -> bool:
         return self.finished.is_set()
 
-    def finish(
-        self, result: ProcessResult | None, error: BaseException | None, cancelled: bool
-    ) -> None:
-        if result is None and self.kill_requested:
-            self.state, self.note = "killed", self.kill_reason
-        elif result is None and cancelled:
+    def finish(self, exit_code: int | None, timed_out: bool, error: BaseException | None) -> None:
+        if timed_out:
             self.state = "timed_out"
             self.note = f"killed after its timeout of {self.timeout:g} s"
-        elif result is not None:
-            self.exit_code = result.returncode
-            self.state = "timed_out" if result.timed_out else "exited"
-            if result.timed_out:
-                self.note = f"killed after its timeout of {self.timeout:g} s"
-            # Only the wrapper writes here (the command's output goes to the FIFO):
-            # a redirection or confinement failure is worth showing.
-            extra = strip_controls((result.stdout + result.stderr).strip())
-            if extra:
-                self.note = "; ".join(filter(None, [self.note, extra]))
-        else:
+        elif error is not None:
             self.state = "failed"
             self.note = f"could not run: {_describe(error)}"
+        elif exit_code is None:  # cancelled: shell_kill, or the registry shutting down
+            self.state = "killed"
+            self.note = self.kill_reason or "the agent process is shutting down"
+        else:
+            self.state, self.exit_code = "exited", exit_code
         self.ended = time.monotonic()
         self.finished.set()
 
@@ -177,88 +156,6 @@ class Job:
             dropped_bytes=total - len(data),
             note=self.note,
         )
-
-
-class OutputPipe:
-    """The FIFO a job writes its output into, and koboi's read end of it."""
-
-    def __init__(self, path: Path, fd: int, identity: tuple[int, int], temp: Path | None) -> None:
-        self.path = path
-        self.fd = fd
-        self._identity = identity
-        self._temp = temp
-
-    @classmethod
-    def create(cls, workdir: Path | None, name: str) -> OutputPipe:
-        """A FIFO ``name`` in ``workdir`` (a private temporary directory without one)."""
-        temp = Path(tempfile.mkdtemp(prefix="koboi-shell-")) if workdir is None else None
-        directory = temp or workdir
-        assert directory is not None
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        fd = -1
-        try:
-            os.mkfifo(name, 0o600, dir_fd=dir_fd)
-            # Read-write: koboi is a writer too, so reads never see end-of-file
-            # before the job has opened its end; non-blocking, for the event loop.
-            fd = os.open(
-                name,
-                os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC,
-                dir_fd=dir_fd,
-            )
-            info = os.fstat(fd)
-            if not stat.S_ISFIFO(info.st_mode) or info.st_uid != os.geteuid():
-                raise ToolError("the job's output pipe was replaced before it was opened")
-            # The sandbox may run commands as another user (nobody, when koboi is
-            # root): that user owns the session's directory, and gets the right to
-            # write into the pipe, and nothing else.
-            owner = os.fstat(dir_fd)
-            mode = 0o200
-            if owner.st_uid != os.geteuid():
-                try:
-                    os.fchown(fd, owner.st_uid, owner.st_gid)
-                except PermissionError:
-                    mode = 0o222
-            os.fchmod(fd, mode)
-        except BaseException:
-            if fd >= 0:
-                os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(name, dir_fd=dir_fd)
-            if temp is not None:
-                shutil.rmtree(temp, ignore_errors=True)
-            raise
-        finally:
-            os.close(dir_fd)
-        return cls(directory / name, fd, (info.st_dev, info.st_ino), temp)
-
-    def read_available(self, sink: TailBuffer) -> None:
-        """Move what is in the pipe now into ``sink`` (a bounded amount)."""
-        for _ in range(_READS_PER_WAKEUP):
-            try:
-                chunk = os.read(self.fd, _READ_CHUNK)
-            except BlockingIOError:
-                return
-            if not chunk:
-                return
-            sink.feed(chunk)
-
-    async def pump(self, sink: TailBuffer) -> None:
-        """Read the job's output as it comes, until cancelled."""
-        while True:
-            await anyio.wait_readable(self.fd)
-            self.read_available(sink)
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
-        # The wrapper removed the name already, unless it never got that far; remove
-        # it only while it is still our FIFO (the command may reuse the name).
-        with contextlib.suppress(OSError):
-            info = os.stat(self.path, follow_symlinks=False)
-            if (info.st_dev, info.st_ino) == self._identity:
-                os.unlink(self.path)
-        if self._temp is not None:
-            shutil.rmtree(self._temp, ignore_errors=True)
 
 
 class JobRegistry:
@@ -288,19 +185,15 @@ class JobRegistry:
     ) -> Job:
         """Start ``command`` as a job of ``ctx``'s session and return at once."""
         job = self._reserve(ctx.session_id, command, timeout, max_jobs, max_output)
-        pipe: OutputPipe | None = None
         try:
-            # A few system calls: not worth a thread, and a cancelled thread call
-            # could leave the FIFO behind.
-            pipe = OutputPipe.create(ctx.workdir, f".koboi-shell-{job.id}.fifo")
-            argv = ["/bin/sh", "-c", _WRAPPER, "koboi-shell-job", str(pipe.path), command]
+            # Refused here, not in the job: a command the sandbox will not run (its
+            # program, its cwd) is the call's error, as in the foreground.
+            process = ctx.open_process([_SHELL, "-c", command], cwd=cwd, env=env, stderr="stdout")
             portal = await anyio.to_thread.run_sync(self._ensure_portal)
-            portal.start_task_soon(self._run, job, ctx, argv, cwd, env, pipe)
-        except BaseException as exc:
+            portal.start_task_soon(self._run, job, process)
+        except BaseException as exc:  # the job never started: forget it, then re-raise
             with self._lock:
                 self._jobs.pop(job.id, None)
-            if pipe is not None:
-                pipe.close()
             if isinstance(exc, OSError):
                 raise ToolError(f"could not start the background job: {_describe(exc)}") from None
             raise
@@ -325,39 +218,27 @@ class JobRegistry:
                 del self._jobs[old.id]
             return job
 
-    async def _run(
-        self,
-        job: Job,
-        ctx: ToolContext,
-        argv: list[str],
-        cwd: Path | None,
-        env: Mapping[str, str] | None,
-        pipe: OutputPipe,
-    ) -> None:
+    async def _run(self, job: Job, process: SandboxProcess) -> None:
         """The job's task, in the registry's event loop."""
-        result: ProcessResult | None = None
+        exit_code: int | None = None
+        timed_out = False
         error: BaseException | None = None
-        scope = anyio.CancelScope(deadline=anyio.current_time() + job.timeout + _DEADLINE_GRACE)
+        scope = anyio.CancelScope()
         try:
             with scope:
                 job.scope = scope
-                job.launched = anyio.current_time()
-                if job.kill_requested:  # killed before it began: nothing was started
-                    scope.cancel()
-                async with anyio.create_task_group() as group:
-                    group.start_soon(pipe.pump, job.output)
+                if not job.kill_requested:  # killed before it began: nothing is started
                     try:
-                        # Cancelling this (shell_kill, shutdown) kills the process group.
-                        result = await ctx.run_process(
-                            argv, cwd=cwd, env=env, timeout=job.timeout, max_output=_WRAPPER_OUTPUT
-                        )
-                    except Exception as exc:
+                        # Leaving this block — the command's end, its timeout, shell_kill,
+                        # shutdown — kills the process's whole tree and reaps it.
+                        async with process:
+                            exit_code, timed_out = await _follow(process, job)
+                    except (
+                        Exception
+                    ) as exc:  # the job's failure is its result, shown by shell_status
                         error = exc
-                    pipe.read_available(job.output)
-                    group.cancel_scope.cancel()
         finally:
-            pipe.close()
-            job.finish(result, error, cancelled=scope.cancelled_caught or scope.cancel_called)
+            job.finish(exit_code, timed_out, error)
 
     # -- looking up and killing -------------------------------------------------------
 
@@ -439,6 +320,35 @@ class JobRegistry:
     def jobs(self) -> list[Job]:
         with self._lock:
             return list(self._jobs.values())
+
+
+async def _follow(process: SandboxProcess, job: Job) -> tuple[int | None, bool]:
+    """Read the job's output as it comes until it exits or its timeout; (exit code, timed out)."""
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        await process.stdin.aclose()
+    drained = anyio.Event()
+
+    async def pump() -> None:
+        try:
+            async for chunk in process.stdout:
+                job.output.feed(chunk)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+        finally:
+            drained.set()
+
+    exit_code: int | None = None
+    async with anyio.create_task_group() as group:
+        group.start_soon(pump)
+        with anyio.move_on_after(job.timeout) as limit:
+            exit_code = await process.wait()
+        # The command is done (or out of time): what it left running in its group (its
+        # namespace) goes too, so nothing keeps the pipe open; then read what is left.
+        process.kill()
+        with anyio.move_on_after(_DRAIN_GRACE):
+            await drained.wait()
+        group.cancel_scope.cancel()
+    return (None, True) if limit.cancelled_caught else (exit_code, False)
 
 
 async def _cancel(job: Job) -> None:

@@ -5,12 +5,12 @@ that move the cursor, retitle a window or rewrite what a reader already saw)
 and raw control characters. The model gains nothing from them and a person
 reading the journal in a terminal could be misled, so they go, whatever the
 sandbox did already: only text, newlines and tabs remain. The rules are the
-sandbox's own (:func:`koboi_sandbox.text.neutralise`), so both say the same.
+ones the sandbox applies (:func:`koboi_confine.text.neutralise`), so both say the same.
 """
 
 from __future__ import annotations
 
-from koboi_sandbox.text import neutralise as strip_controls
+from koboi_confine.text import neutralise as strip_controls
 
 __all__ = ["decode_output", "strip_controls"]
 

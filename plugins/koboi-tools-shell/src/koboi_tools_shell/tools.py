@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from koboi.errors import ToolError
 from koboi.sandbox import ProcessResult
 from koboi.tools import Risk, Tool, ToolContext, ToolResult
-from koboi_sandbox.environment import is_forbidden
-from koboi_sandbox.paths import PathRefused, open_inside, relative_parts
+from koboi_confine.environment import is_forbidden
+from koboi_confine.paths import PathRefused, open_inside, relative_parts
 from koboi_tools_shell.jobs import JOBS, JobRegistry, JobStatus
 from koboi_tools_shell.settings import MAX_COMMAND_CHARS, ShellSettings
 from koboi_tools_shell.text import strip_controls
