@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 
 from koboi.errors import ToolError
 from koboi.tools import ToolContext
+from koboi_http.guard import AddressPolicy, classify, system_resolver
 from koboi_testing.wire import Reply, WireServer
 from koboi_tools_web.config import WebSettings
 from koboi_tools_web.fetch import FetchRefused, WebFetcher, parse_url
-from koboi_tools_web.guard import AddressPolicy, classify, system_resolver
 from koboi_tools_web.tools import make_fetch_tool
 
 Listen = Callable[..., Any]

@@ -10,12 +10,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from koboi_tools_web._version import __version__
     from koboi_tools_web.config import WebSettings
 
-__all__ = ["WebSettings"]
+__all__ = ["WebSettings", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from koboi_tools_web._version import __version__
+
+        return __version__
     # Lazy: the plugin host imports this package at start-up, and `koboi --help`
     # must not pay for pydantic.
     if name == "WebSettings":

@@ -1,11 +1,16 @@
-"""The ``tools_web:`` config section. Only pydantic and the stdlib here: loading the plugin stays cheap."""
+"""The ``tools_web:`` config section.
+
+Only pydantic, the stdlib and koboi-http's guard here (no httpx): loading the
+plugin stays cheap.
+"""
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from koboi_http.guard import normalize_allowed_host, normalize_allowed_network
 
 SearchBackendName = Literal["offline", "brave", "duckduckgo", "firecrawl"]
 
@@ -158,12 +163,7 @@ class WebSettings(BaseModel):
     @classmethod
     def _networks(cls, values: list[str]) -> list[str]:
         for value in values:
-            try:
-                ipaddress.ip_network(value, strict=True)
-            except ValueError as exc:
-                raise ValueError(
-                    f"{value!r} is not a CIDR network ({exc}); write e.g. '10.0.0.0/8'"
-                ) from None
+            normalize_allowed_network(value)  # entries are kept as written
         return values
 
     @field_validator("allow_hosts")
@@ -178,35 +178,3 @@ class WebSettings(BaseModel):
                 f"default_max_chars ({self.default_max_chars}) exceeds max_chars ({self.max_chars})"
             )
         return self
-
-
-def normalize_host_name(name: str) -> str:
-    """Lower case, IDNA (punycode) and without the one trailing dot of an absolute name."""
-    name = name.strip().lower()
-    if name.endswith("."):
-        name = name[:-1]
-    if not name.isascii():
-        try:
-            name = name.encode("idna").decode("ascii")
-        except UnicodeError as exc:
-            raise ValueError(f"{name!r} is not a valid host name ({exc})") from None
-    return name
-
-
-def normalize_allowed_host(value: str) -> str:
-    """An ``allow_hosts`` entry in the form it is compared in; ValueError when malformed."""
-    text = value.strip()
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1]
-    try:
-        return str(ipaddress.ip_address(text))
-    except ValueError:
-        pass
-    wildcard = text.startswith("*.")
-    name = normalize_host_name(text[2:] if wildcard else text)
-    labels = name.split(".")
-    if not name or any(not label or len(label) > 63 for label in labels) or "*" in name:
-        raise ValueError(
-            f"{value!r} is not a host name; write 'intranet.corp', '*.corp' or an IP address"
-        )
-    return f"*.{name}" if wildcard else name

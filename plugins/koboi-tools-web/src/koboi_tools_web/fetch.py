@@ -6,13 +6,14 @@ Every hop goes through the same steps:
    checked); only ``http``/``https``, no ``user:password@``;
 2. resolve the host *ourselves* (an injectable resolver, by default
    ``getaddrinfo`` in a worker thread) and check **every** address with
-   :class:`~koboi_tools_web.guard.AddressPolicy`: one refused address refuses
-   the host;
+   :class:`~koboi_http.guard.AddressPolicy`: one refused address refuses
+   the host (:func:`koboi_http.pinning.pin`);
 3. connect to a checked address and nothing else: the request URL is
    rewritten to that IP, with the ``Host`` header and, for https, TLS SNI and
-   certificate verification kept on the name (httpx's ``sni_hostname``
-   extension). No second lookup happens, so a DNS answer that changes between
-   the check and the connection (rebinding) changes nothing;
+   certificate verification kept on the name
+   (:func:`koboi_http.pinning.send_pinned`). No second lookup happens, so a
+   DNS answer that changes between the check and the connection (rebinding)
+   changes nothing;
 4. a redirect is not followed by httpx (``follow_redirects=False``): its
    target goes back to step 1, up to ``max_redirects`` hops, before any
    connection to it.
@@ -25,12 +26,10 @@ expand without limit) and the whole call runs under one deadline.
 from __future__ import annotations
 
 import codecs
-import ipaddress
 import json
 import re
 import ssl
 import zlib
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,8 +37,19 @@ import anyio
 import httpx
 
 from koboi.errors import ToolError
-from koboi_tools_web.config import WebSettings, normalize_host_name
-from koboi_tools_web.guard import AddressPolicy, IPAddress, Resolver, system_resolver
+from koboi_http.guard import AddressPolicy, IPAddress, Resolver, system_resolver
+from koboi_http.hooks import FETCH
+from koboi_http.pinning import (
+    AddressRefused,
+    HostUnresolved,
+    PinnedTarget,
+    pinned_client,
+    send_pinned,
+)
+from koboi_http.pinning import (
+    pin as pin_host,
+)
+from koboi_tools_web.config import WebSettings
 from koboi_tools_web.html_text import html_to_text
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -52,15 +62,6 @@ _PREVIEW = 200
 
 class FetchRefused(ToolError):
     """web_fetch will not fetch this URL (scheme, host or address); nothing was sent."""
-
-
-@dataclass(frozen=True)
-class PinnedTarget:
-    """One hop, checked: the URL as the model named it and the addresses it may reach."""
-
-    url: httpx.URL
-    host: str  # normalized name (or address literal) used for Host, SNI and verification
-    addresses: tuple[IPAddress, ...]
 
 
 @dataclass
@@ -181,90 +182,47 @@ class WebFetcher:
 
     async def pin(self, url: httpx.URL) -> PinnedTarget:
         """Resolve ``url``'s host and check every address; refuse or return the pinned target."""
-        raw = url.raw_host.decode("ascii")
-        literal = _literal_address(raw)
-        host = raw if literal is not None else normalize_host_name(raw)
-        port = url.port or (443 if url.scheme == "https" else 80)
-        if literal is not None:
-            found: Sequence[str] = [str(literal)]
-        else:
-            try:
-                found = await self.resolver(host, port)
-            except OSError as exc:
-                raise ToolError(f"cannot resolve host {host!r}: {exc.strerror or exc}") from None
-            except UnicodeError as exc:  # e.g. a label longer than 63 characters
-                raise ToolError(f"cannot resolve host {_shown(host)}: {exc}") from None
-        addresses: list[IPAddress] = []
-        for text in found:
-            try:
-                addresses.append(ipaddress.ip_address(text))
-            except ValueError:
-                raise FetchRefused(f"host {host!r} resolved to {text!r}, not an address") from None
-        if not addresses:
-            raise ToolError(f"cannot resolve host {host!r}: no addresses")
-        host_allowed = literal is None and self.policy.host_allowed(host)
-        pinned: list[IPAddress] = []
-        for address in addresses:
-            verdict = self.policy.check(address, host_allowed=host_allowed)
-            if not verdict.allowed:
-                what = (
-                    f"{host!r} is"
-                    if str(address) == raw
-                    else f"{host!r} resolves to {address}, which is"
-                )
-                hint = (
-                    "web_fetch never reaches it"
-                    if verdict.absolute
-                    else "web_fetch reaches public addresses only (an operator can allow "
-                    "intranet hosts with tools_web.allow_hosts or allow_networks)"
-                )
-                raise FetchRefused(f"refused {_shown(str(url))}: {what} {verdict.refusal}; {hint}")
-            if verdict.address not in pinned:
-                pinned.append(verdict.address)
-        return PinnedTarget(url=url, host=host, addresses=tuple(pinned))
+        try:
+            return await pin_host(url, self.policy, self.resolver)
+        except HostUnresolved as exc:
+            raise ToolError(f"cannot resolve host {_shown(exc.host)}: {exc.reason}") from None
+        except AddressRefused as exc:
+            hint = (
+                "web_fetch reaches public addresses only (an operator can allow "
+                "intranet hosts with tools_web.allow_hosts or allow_networks)"
+                if exc.liftable
+                else "web_fetch never reaches it"
+            )
+            raise FetchRefused(f"refused {_shown(str(url))}: {exc.reason}; {hint}") from None
 
     def _client(self) -> httpx.AsyncClient:
-        # One client per hop: connections are never shared between host names
-        # (a pooled TLS connection must not serve another name's SNI), and
-        # trust_env=False keeps proxies from resolving the name themselves.
-        timeout = httpx.Timeout(self.settings.timeout, connect=self.settings.connect_timeout)
-        transport = self.transport or httpx.AsyncHTTPTransport(verify=self.verify, retries=0)
-        return httpx.AsyncClient(
-            transport=transport, trust_env=False, follow_redirects=False, timeout=timeout
+        # One client per hop: connections are never shared between host names. Peer
+        # "fetch": the plugins' request hooks run, but the run's trace id goes to no
+        # site a model picked unless http.trace_peers/trace_hosts trust it.
+        return pinned_client(
+            timeout=self.settings.timeout,
+            connect_timeout=self.settings.connect_timeout,
+            verify=self.verify,
+            transport=self.transport,
+            peer=FETCH,
         )
 
     async def _send(
         self, client: httpx.AsyncClient, target: PinnedTarget
     ) -> tuple[httpx.Response, IPAddress]:
         """Send the GET to the first checked address that accepts a connection."""
-        url = target.url
-        netloc = url.netloc.decode("ascii")
-        host_header = (
-            netloc
-            if _literal_address(target.host)
-            else netloc.replace(url.raw_host.decode("ascii"), target.host, 1)
-        )
         headers = {
-            "Host": host_header,
             "User-Agent": self.settings.user_agent,
             "Accept": "text/html,application/xhtml+xml,text/*;q=0.9,application/json;q=0.8,"
             "application/xml;q=0.8,*/*;q=0.1",
             "Accept-Encoding": "gzip, deflate",
         }
-        extensions: dict[str, Any] = {}
-        if url.scheme == "https" and _literal_address(target.host) is None:
-            extensions["sni_hostname"] = target.host
-        failure: Exception | None = None
-        for address in target.addresses:
-            pinned_url = url.copy_with(host=str(address)).copy_with(fragment=None)
-            request = client.build_request(
-                "GET", pinned_url, headers=headers, extensions=extensions
-            )
-            try:
-                return await client.send(request, stream=True), address
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                failure = exc
-        raise ToolError(f"cannot connect to {_shown(str(url))}: {_error_text(failure)}") from None
+        try:
+            return await send_pinned(client, "GET", target, headers=headers)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise ToolError(
+                f"cannot connect to {_shown(str(target.url))}: {_error_text(exc)}"
+            ) from None
 
     # -- step 4: the body ---------------------------------------------------
 
@@ -362,21 +320,11 @@ def parse_url(url: str) -> httpx.URL:
     return parsed
 
 
-def _literal_address(host: str) -> IPAddress | None:
-    """The host as an IP address when it is written as one in canonical form, else None."""
-    try:
-        return ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return None
-
-
 def _shown(url: str) -> str:
     return repr(url if len(url) <= _PREVIEW else url[: _PREVIEW - 3] + "...")
 
 
-def _error_text(exc: Exception | None) -> str:
-    if exc is None:
-        return "no address to connect to"
+def _error_text(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 

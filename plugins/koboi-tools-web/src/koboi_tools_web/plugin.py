@@ -20,12 +20,15 @@ SECTION = "tools_web"
 
 @hookimpl
 def koboi_register_config_sections(register: Callable[..., None]) -> None:
+    from koboi_tools_web import aliases
     from koboi_tools_web.config import WebSettings
 
     register(
         SECTION,
         WebSettings,
         description="Web tools: web_fetch limits and intranet allow-list, web_search backend.",
+        # koboi-agent's spelling: accepted, and `koboi validate --suggest` shows koboi's.
+        aliases={"websearch": aliases.websearch},
     )
 
 

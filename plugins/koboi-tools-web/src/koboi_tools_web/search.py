@@ -22,6 +22,8 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 import httpx
 
 from koboi.errors import ToolError
+from koboi_http.hooks import SEARCH
+from koboi_http.outbound import client
 from koboi_tools_web.config import KEY_VARIABLES, SearchSettings
 
 _TAG = re.compile(r"<[^>]+>")
@@ -183,7 +185,9 @@ class _HTTPBackend(SearchBackend):
     async def _search(self, query: str, max_results: int, key: str | None) -> list[SearchHit]: ...
 
     def _client(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(
+        # Through koboi-http's factory: the plugins' request hooks run (peer "search").
+        return client(
+            peer=SEARCH,
             base_url=self.settings.endpoint_root(),
             timeout=self.settings.timeout,
             headers={"User-Agent": self.user_agent},

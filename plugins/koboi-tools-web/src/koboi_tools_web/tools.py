@@ -10,9 +10,9 @@ from pydantic import ConfigDict, Field, create_model
 
 from koboi import AgentConfig
 from koboi.tools import Risk, Tool, ToolContext, ToolResult
+from koboi_http.guard import Resolver
 from koboi_tools_web.config import WebSettings
 from koboi_tools_web.fetch import WebFetcher
-from koboi_tools_web.guard import Resolver
 from koboi_tools_web.search import SearchBackend, make_backend, render_hits
 
 MAX_URL_LENGTH = 8192
