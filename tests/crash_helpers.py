@@ -7,6 +7,7 @@ Shared by ``tests/test_crash_resume.py`` and ``benchmarks/crash_recovery/bench_c
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -373,3 +374,83 @@ def assert_sound(a: Audit, *, expected_output: str = FINAL_OUTPUT) -> None:
     # a finished one or one that never ran.
     interrupted_lines = {a.line_of[c] for c in a.interrupted}
     assert a.missing_lines <= interrupted_lines, (a.missing_lines, interrupted_lines)
+
+
+# -- filesystem faults ---------------------------------------------------------------------
+
+
+def kernel_feature_missing(what: str) -> None:
+    """Fail when ``CI`` is set (these machines have the feature: a skip would hide a bug),
+    skip otherwise."""
+    import pytest
+
+    if os.environ.get("CI"):
+        pytest.fail(f"{what} (CI is set, so this is a failure, not a skip)")
+    pytest.skip(what)
+
+
+@contextmanager
+def small_filesystem(mountpoint: Path, megabytes: int = 8) -> Iterator[Path]:
+    """A fresh ext4 filesystem of ``megabytes`` (a loop-mounted image, no reserved blocks)
+    mounted at ``mountpoint``; unmounted after. Needs root (mount, loop devices)."""
+    import shutil
+
+    if os.geteuid() != 0 or not shutil.which("mkfs.ext4"):
+        kernel_feature_missing("a loop-mounted filesystem needs root and mkfs.ext4")
+    image = mountpoint.with_name(mountpoint.name + ".img")
+    with open(image, "wb") as handle:
+        handle.truncate(megabytes * 1024 * 1024)
+    subprocess.run(
+        ["mkfs.ext4", "-q", "-F", "-m", "0", str(image)], check=True, capture_output=True
+    )
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(
+        ["mount", "-o", "loop", str(image), str(mountpoint)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        image.unlink()
+        kernel_feature_missing(f"cannot loop-mount a filesystem: {mounted.stderr.strip()}")
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["chattr", "-R", "-i", str(mountpoint)], capture_output=True)
+        done = subprocess.run(["umount", str(mountpoint)], capture_output=True)
+        if done.returncode != 0:  # something still holds a file open: detach lazily
+            subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True)
+        image.unlink(missing_ok=True)
+
+
+def fill_filesystem(directory: Path) -> Path:
+    """Write ``directory/filler`` until the filesystem is full (not one byte more fits)."""
+    filler = directory / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for size in (1 << 20, 65536, 4096, 512, 1):
+            chunk = b"\0" * size
+            while True:
+                try:
+                    if os.write(fd, chunk) < size:
+                        break
+                except OSError:
+                    break
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    return filler
+
+
+def set_immutable(paths: Sequence[Path], on: bool) -> None:
+    """``chattr +i`` / ``-i``: even root cannot write the files (open descriptors included)."""
+    flag = "+i" if on else "-i"
+    subprocess.run(["chattr", flag, *map(str, paths)], check=True, capture_output=True)
+
+
+def error_lines(proc: Proc) -> list[str]:
+    """What a failed ``koboi run`` told the user on stderr (the --yes notices left out)."""
+    text = proc.stderr.read_text(encoding="utf-8", errors="replace")
+    return [
+        line
+        for line in text.splitlines()
+        if line.strip() and "without asking (--yes)" not in line and not line.startswith("note:")
+    ]

@@ -207,6 +207,7 @@ async def main():
         "output": result.output,
         "tool_results": [e.data["content"] for e in events if e.type == "tool_call_finished"],
         "errors": [e.data["is_error"] for e in events if e.type == "tool_call_finished"],
+        "plugin_events": [[e.type, e.data] for e in events if "." in e.type],
     }))
 
 anyio.run(main)
@@ -224,6 +225,32 @@ def test_library_run_journals_the_tool_result(venv: Venv, workdir: Path) -> None
     assert result["output"] == EXPECTED_OUTPUT
     assert result["tool_results"] == [EXPECTED_RESULT]
     assert result["errors"] == [False]
+    # The plugin's own event, journaled with the call.
+    assert result["plugin_events"] == [["weather.forecast", {"city": "Paris", "celsius": 21.5}]]
+
+
+def test_inspect_shows_the_hook_the_plugin_defines_and_its_toolset(
+    venv: Venv, tmp_path: Path
+) -> None:
+    raw = _checked(venv.run([venv.koboi, "plugins", "inspect", "weather", "--json"], cwd=tmp_path))
+    data = json.loads(raw.stdout)
+    assert data["defines"] == ["koboi_weather_register_stations"]
+    assert "koboi_weather_register_stations" in data["implements"]
+    assert [t["name"] for t in data["registered"]["toolsets"]] == ["weather_stations"]
+    # What it registers through its own hook is shown too, under the hook's name.
+    stations = data["registered"]["koboi_weather_register_stations"]
+    assert sorted(s["name"] for s in stations) == ["Paris", "Reykjavik", "Tokyo"]
+
+
+def test_the_plugin_keeps_koboi_help_cheap(venv: Venv, tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from koboi.plugins import PluginHost\n"
+        "host = PluginHost(); host.load(); host.commands()\n"
+        "print(','.join(m for m in ('pydantic', 'koboi_example_weather.config') if m in sys.modules))"
+    )
+    shown = _checked(venv.run([venv.python, "-c", code], cwd=tmp_path)).stdout.strip()
+    assert shown == "", f"collecting commands imported {shown}"
 
 
 def test_the_example_test_suite_passes(venv: Venv) -> None:
