@@ -2,9 +2,9 @@
 
 Only httpx is needed. Start a server and make a key first::
 
-    koboi keys create --config agent.yaml --principal me      # prints the key once
-    koboi serve agent.yaml
-    KOBOI_API_KEY=koboi_... python examples/hitl_client.py "log hello"
+    koboi keys create                       # prints the key once
+    koboi serve configs/hitl_demo.yaml
+    KOBOI_API_KEY=koboi_... python examples/hitl_client.py        # asks "log hello"
 
 It sends the message to ``POST /v1/chat/stream`` and prints what the agent
 does as it happens. When a tool call needs approval (a ``pending_approval``
@@ -146,7 +146,13 @@ class Session:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description="Chat with a koboi server; answer approvals.")
-    parser.add_argument("message", help="What to ask the agent.")
+    parser.add_argument(
+        "message",
+        nargs="?",
+        default="log hello",
+        help="What to ask the agent (default: 'log hello', which configs/hitl_demo.yaml "
+        "answers with a tool call that needs approval).",
+    )
     parser.add_argument("--url", default=os.environ.get("KOBOI_URL", "http://127.0.0.1:8080"))
     parser.add_argument("--key", default=os.environ.get("KOBOI_API_KEY"), help="API key.")
     parser.add_argument("--session", help="Continue this session.")

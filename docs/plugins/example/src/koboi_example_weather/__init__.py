@@ -1,12 +1,10 @@
 """koboi-example-weather: an offline ``weather_forecast`` tool for koboi agents.
 
-The tool itself lives in :mod:`koboi_example_weather.tools` and is imported
-only when an agent enables it; importing this package (which the plugin host
-does at start-up) costs only the settings model.
+Importing this package imports only its ``_version``: the plugin host imports
+:mod:`koboi_example_weather.plugin` at start-up, and everything else is imported
+when an agent uses it.
 """
 
-from __future__ import annotations
+from koboi_example_weather._version import __version__
 
-from koboi_example_weather.config import WeatherSettings
-
-__all__ = ["WeatherSettings"]
+__all__ = ["__version__"]

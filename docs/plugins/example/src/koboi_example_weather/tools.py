@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-from koboi import AgentConfig, FunctionTool, Risk, ToolError, tool
-from koboi_example_weather.config import WeatherSettings
+from koboi import AgentConfig, FunctionTool, Risk, ToolContext, ToolError, tool
+from koboi_example_weather.stations import settings_of, stations_of
 
-
-def settings_of(config: AgentConfig) -> WeatherSettings:
-    """The agent's validated ``weather`` section, or the defaults when it has none."""
-    section = config.section("weather")
-    if section is None:
-        return WeatherSettings()
-    if not isinstance(section, WeatherSettings):
-        # Only possible if another plugin owned "weather"; the kernel would have
-        # refused the duplicate registration, so this is a programming error.
-        raise TypeError(f"the 'weather' section is a {type(section).__name__}")
-    return section
+__all__ = ["format_temperature", "make_forecast_tool", "settings_of"]
 
 
 def format_temperature(celsius: float, units: str) -> str:
@@ -26,24 +16,30 @@ def format_temperature(celsius: float, units: str) -> str:
 
 
 def make_forecast_tool(config: AgentConfig) -> FunctionTool:
-    """Build the tool for one agent: the stations and units are fixed when it is made."""
-    settings = settings_of(config)
-    by_key = {city.casefold(): (city, temp) for city, temp in settings.stations.items()}
-    units = settings.units
+    """Build the tool for one agent: its units are fixed when it is made, its stations are
+    those of the plugin host of the run that calls it."""
+    units = settings_of(config).units
 
     @tool(name="weather_forecast", risk=Risk.SAFE, idempotent=True, thread=False)
-    def weather_forecast(city: str) -> str:
+    def weather_forecast(city: str, ctx: ToolContext) -> str:
         """Return today's forecast temperature for a city.
 
         Args:
             city: Name of the city, e.g. "Paris".
         """
+        # The stations the plugins of the agent's own host register (outside a run, as in
+        # a unit test, the default host's).
+        stations = stations_of(config, ctx.run.host if ctx.run is not None else None)
+        by_key = {name.casefold(): (name, temp) for name, temp in stations.items()}
         found = by_key.get(city.strip().casefold())
         if found is None:
-            known = ", ".join(sorted(settings.stations)) or "none"
+            known = ", ".join(sorted(stations)) or "none"
             # A ToolError's message is what the model reads as the tool result.
             raise ToolError(f"no forecast for {city!r}; known cities: {known}")
         name, celsius = found
+        if ctx.run is not None:
+            # The plugin's own event: journaled with the call, handed back next run.
+            ctx.record("weather.forecast", {"city": name, "celsius": celsius})
         return f"{name}: {format_temperature(celsius, units)}"
 
     return weather_forecast
