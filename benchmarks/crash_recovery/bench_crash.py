@@ -4,10 +4,17 @@
     uv run python benchmarks/crash_recovery/bench_crash.py --quick    # 5 trials, N = 100
     uv run python benchmarks/crash_recovery/bench_crash.py --trials 200 --no-postgres
 
+Exit status: 1 when a trial is unsound (a step run twice, a completed step lost: it
+raises, naming it), when PostgreSQL could not be reached (unless ``--no-postgres``),
+or when a cost case failed; 0 otherwise. A trial whose run ended before the kill is
+not counted and is run again, so every store gets the number of kills asked for.
+
 Part 1 (trials): each trial starts ``koboi run`` on a copy of configs/crash_demo.yaml
-(50 non-idempotent ``append_log`` steps, fast step time, its own SQLite store),
-SIGKILLs it at a random time, resumes it in a new process
-(``koboi run --resume last``) and audits the log file against the journal.
+(50 non-idempotent ``append_log`` steps, fast step time), SIGKILLs it at a random
+time, resumes it in a new process (``koboi run --resume SESSION``) and audits the
+log file against the journal. The trials run on SQLite (a file per trial) and on
+PostgreSQL (a private schema), with the same kill delays, and print one table
+with a column per store.
 
 Part 2 (costs): the library with an instant model and a trivial tool, on each
 store: time per step (one model call + one tool call), durable commits per
@@ -28,8 +35,9 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -70,13 +78,21 @@ SIZE_TARGET_MIB = 2
 
 # -- part 1: SIGKILL trials ---------------------------------------------------------
 
+#: The stores part 1 runs on, in the order of the table's columns.
+TRIAL_STORES = ("SQLite", "PostgreSQL")
+
 
 def trial(
-    directory: Path, rng: random.Random, duration: float, step_seconds: float
+    directory: Path, rng: random.Random, duration: float, step_seconds: float, store_url: str
 ) -> dict[str, Any]:
-    """One random-time SIGKILL and resume of the crash demo; the audit of the result."""
-    demo = crash.make_demo(directory, step_seconds=step_seconds)
-    proc = demo.start()
+    """One random-time SIGKILL and resume of the crash demo; the audit of the result.
+
+    The session is named up front (``--session``), so trials can share one database
+    (the PostgreSQL schema of a whole run) without ``last`` picking another's session.
+    """
+    demo = crash.make_demo(directory, store_url=store_url, step_seconds=step_seconds)
+    session = uuid.uuid4().hex
+    proc = demo.start(session=session)
     deadline = time.monotonic() + 60
     while not demo.log.exists() and time.monotonic() < deadline:  # the run is under way
         if proc.popen.poll() is not None:
@@ -86,10 +102,10 @@ def trial(
     proc.kill()
     if proc.popen.returncode == 0:
         return {"killed": False}
-    info, before = demo.journal()
+    info, before = demo.journal(session)
     if not J.fold_state(before).interrupted:
         return {"killed": False}  # between run_finished and the exit: nothing to resume
-    resumer = demo.resume()
+    resumer = demo.resume(session)
     code = resumer.wait()
     if code != 0:
         raise RuntimeError(f"resume failed:\n{resumer.describe()}")
@@ -112,63 +128,101 @@ def trial(
     }
 
 
-def run_trials(count: int, seed: int, step_seconds: float) -> None:
+def trials_on(
+    label: str, store_url: str, base: Path, count: int, seed: int, step_seconds: float
+) -> dict[str, str]:
+    """``count`` counted trials on one store; the figures of the table's column for it."""
+    # The same seed on every store: the same sequence of kill delays, so the columns compare.
     rng = random.Random(seed)
-    print(f"\n== Part 1: {count} SIGKILL + resume trials of the crash demo (seed {seed}) ==")
-    print(
-        f"50 steps of append_log, KOBOI_DEMO_STEP_SECONDS={step_seconds}, SQLite store (default durability)"
-    )
-    with tempfile.TemporaryDirectory(prefix="koboi-crash-") as tmp:
-        base = Path(tmp)
-        demo = crash.make_demo(base / "baseline", step_seconds=step_seconds)
-        proc = demo.start()
-        while not demo.log.exists() and proc.popen.poll() is None:
-            time.sleep(0.005)
-        start = time.monotonic()
-        if proc.wait() != 0:
-            raise RuntimeError(proc.describe())
-        duration = time.monotonic() - start
-        print(
-            f"uninterrupted run: {duration:.2f} s from the first line to the exit, "
-            f"answer {proc.result()['output']!r}"
-        )
-        results = []
-        attempts = 0
-        while len(results) < count:
-            attempts += 1
-            outcome = trial(base / f"t{attempts:03d}", rng, duration, step_seconds)
-            if outcome["killed"]:
-                results.append(outcome)
-                print(".", end="", flush=True)
-        print()
+    demo = crash.make_demo(base / "baseline", store_url=store_url, step_seconds=step_seconds)
+    proc = demo.start(session=uuid.uuid4().hex)
+    while not demo.log.exists() and proc.popen.poll() is None:
+        time.sleep(0.005)
+    start = time.monotonic()
+    if proc.wait() != 0:
+        raise RuntimeError(proc.describe())
+    duration = time.monotonic() - start
+    answer = proc.result()["output"]
+    print(f"{label}: uninterrupted run (positive control) {duration:.2f} s from the first line")
+    print(f"  to the exit, answer {answer!r}; trials ", end="", flush=True)
+    results = []
+    attempts = 0
+    started = time.monotonic()
+    while len(results) < count:
+        attempts += 1
+        outcome = trial(base / f"t{attempts:03d}", rng, duration, step_seconds, store_url)
+        if outcome["killed"]:
+            results.append(outcome)
+            print(".", end="", flush=True)
+    print(f" {time.monotonic() - started:.0f} s")
     latencies = sorted(r["resume_latency"] for r in results)
     kinds: dict[str, int] = {}
     for r in results:
         kinds[r["killed_after"]] = kinds.get(r["killed_after"], 0) + 1
-    rows = [
-        (
-            "trials (killed mid-run)",
-            f"{len(results)} ({attempts - len(results)} runs ended before the kill, not counted)",
+    return {
+        "uninterrupted run (control): answer": f"{answer!r} in {duration:.2f} s",
+        "trials (killed mid-run)": f"{len(results)} (+{attempts - len(results)} ended first)",
+        "killed at step (min / median / max)": _mmm([r["step"] for r in results], "{:.0f}"),
+        "last journal event at the kill": ", ".join(
+            f"{_short(k)} {v}" for k, v in sorted(kinds.items())
         ),
-        ("killed at step (min / median / max)", _mmm([r["step"] for r in results], "{:.0f}")),
-        ("last journal event at the kill", ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))),
-        (
-            "duplicate executions of non-idempotent steps (must be 0)",
-            str(sum(r["duplicates"] for r in results)),
+        "duplicate executions of non-idempotent steps (must be 0)": str(
+            sum(r["duplicates"] for r in results)
         ),
-        ("completed steps lost (must be 0)", str(sum(r["lost_completed"] for r in results))),
-        ("tool calls started twice (must be 0)", str(sum(r["rerun"] for r in results))),
-        (
-            "in-doubt calls reported to the model, not re-run",
-            f"{sum(r['in_doubt'] for r in results)} (of which the effect had happened: {sum(r['in_doubt_written'] for r in results)})",
+        "completed steps lost (must be 0)": str(sum(r["lost_completed"] for r in results)),
+        "tool calls started twice (must be 0)": str(sum(r["rerun"] for r in results)),
+        "in-doubt calls, not re-run (effect had happened)": (
+            f"{sum(r['in_doubt'] for r in results)} ({sum(r['in_doubt_written'] for r in results)})"
         ),
-        (
-            "resume latency: process start -> first new event, median",
-            f"{statistics.median(latencies) * 1000:.0f} ms",
+        "resume latency: process start -> first new event, median": (
+            f"{statistics.median(latencies) * 1000:.0f} ms"
         ),
-        ("resume latency, max", f"{latencies[-1] * 1000:.0f} ms"),
-    ]
-    _table(["figure", "value"], rows)
+        "resume latency, max": f"{latencies[-1] * 1000:.0f} ms",
+    }
+
+
+def _short(event_type: str) -> str:
+    return {
+        J.TOOL_CALL_STARTED: "tool_started",
+        J.MODEL_CALL_STARTED: "model_started",
+    }.get(event_type, event_type)
+
+
+def run_trials(count: int, seed: int, step_seconds: float, postgres: bool) -> list[str]:
+    """Part 1; what could not be measured (a finding raises: an unsound trial)."""
+    stores = TRIAL_STORES if postgres else TRIAL_STORES[:1]
+    print(
+        f"\n== Part 1: {count} SIGKILL + resume trials of the crash demo per store (seed {seed}) =="
+    )
+    print(
+        f"50 steps of append_log, KOBOI_DEMO_STEP_SECONDS={step_seconds}; SQLite: a file per "
+        "trial (default durability); PostgreSQL: one private schema, a session per trial"
+    )
+    columns: dict[str, dict[str, str]] = {}
+    unmeasured: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="koboi-crash-") as tmp:
+        base = Path(tmp)
+        for label in stores:
+            directory = base / label
+            if label == "SQLite":
+                columns[label] = trials_on(
+                    label, "sqlite:///.koboi/koboi.db", directory, count, seed, step_seconds
+                )
+                continue
+            with ExitStack() as stack:
+                try:
+                    url = stack.enter_context(crash.postgres_schema())
+                except Exception as exc:  # an unreachable server: say so, keep the other column
+                    print(f"{label}: not measured: {type(exc).__name__}: {exc}")
+                    columns[label] = {}
+                    unmeasured.append(f"{label} trials: {type(exc).__name__}: {exc}")
+                    continue
+                # Anything raised from here on is a finding, not an unavailable store.
+                columns[label] = trials_on(label, url, directory, count, seed, step_seconds)
+    figures = list(next(iter(c for c in columns.values() if c), {}))
+    rows = [(f, *(columns[s].get(f, "not measured") for s in columns)) for f in figures]
+    _table(["figure", *columns], rows)
+    return unmeasured
 
 
 def _mmm(values: list[float], spec: str) -> str:
@@ -348,7 +402,8 @@ def _no_schema() -> Iterator[str]:
     yield ""
 
 
-def run_costs(sizes: list[int], postgres: bool) -> None:
+def run_costs(sizes: list[int], postgres: bool) -> list[str]:
+    """Part 2; the cases that failed (an error instead of a figure)."""
     print("\n== Part 2: journal cost per step (one model call + one tool call), instant model ==")
     variants: list[tuple[str, str, bool]] = [
         ("memory", "memory://", False),
@@ -360,6 +415,7 @@ def run_costs(sizes: list[int], postgres: bool) -> None:
         variants.append(("PostgreSQL (synchronous_commit on)", "postgres", False))
     rows: list[tuple[str, ...]] = []
     resume_rows: list[tuple[str, ...]] = []
+    failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="koboi-cost-") as tmp:
         base = Path(tmp)
         fsync_median, fsync_min = fsync_time(base)
@@ -373,8 +429,9 @@ def run_costs(sizes: list[int], postgres: bool) -> None:
                     with schema as pg_url:
                         case_url = pg_url or url
                         r = asyncio.run(cost_case(case_url, directory, steps, approval))
-                except Exception as exc:  # a store that is not available: say so, go on
+                except Exception as exc:  # say so, go on with the others; exit 1 at the end
                     rows.append((label, str(steps), f"error: {exc}"[:70], "", ""))
+                    failed.append(f"{label}, {steps} steps: {type(exc).__name__}: {exc}")
                     continue
                 size = "" if r["size"] is None else f"{r['size'] / 1024:.0f} KiB"
                 commits = f"{r['commits_step']:.2f} ({r['appends_step']:.2f} appends)"
@@ -399,6 +456,7 @@ def run_costs(sizes: list[int], postgres: bool) -> None:
     print("\nFor comparison (from the issue):")
     for name, figure in COMPARISON:
         print(f"  {name}: {figure}")
+    return failed
 
 
 def _table(headers: list[str], rows: list[tuple[str, ...]]) -> None:
@@ -426,10 +484,14 @@ def main() -> None:
     sizes = [100] if args.quick else [100, 1000]
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, koboi at {ROOT}")
+    failures: list[str] = []
     if not args.no_trials:
-        run_trials(trials, seed, args.step_seconds)
+        failures += run_trials(trials, seed, args.step_seconds, postgres=not args.no_postgres)
     if not args.no_costs:
-        run_costs(sizes, postgres=not args.no_postgres)
+        failures += run_costs(sizes, postgres=not args.no_postgres)
+    if failures:  # an unsound trial raised already; this is what went unmeasured
+        print("\nFAILED (not measured):\n" + "\n".join(f"  {f}" for f in failures))
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
