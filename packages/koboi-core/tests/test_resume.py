@@ -262,6 +262,71 @@ async def test_resume_of_a_finished_session_is_an_error() -> None:
             await a.resume_run("zzz")
 
 
+class DiesBeforeFinalStatus(InMemoryStore):
+    """Dies on the status write that follows a run's ``run_finished``: the journal says
+    the run ended, the session's status still says ``running``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dead = self.revived = False
+
+    async def set_status(self, session_id: str, status: Any, *, fence: int | None = None) -> Any:
+        if self.dead or (status != "running" and not self.revived):
+            self.dead = True
+            raise Crash
+        return await super().set_status(session_id, status, fence=fence)
+
+    async def release_lease(self, lease: Any) -> None:
+        if self.dead:
+            raise Crash
+        await super().release_lease(lease)
+
+
+async def test_a_stale_running_status_after_a_finished_run_is_settled_by_resume() -> None:
+    store = DiesBeforeFinalStatus()
+    with pytest.raises(Crash):
+        async with make(store, ["done"]) as a:
+            await a.run("go")
+    (info,) = await store.list_sessions()
+    assert info.status == "running"  # the kill landed between run_finished and the status
+    assert [e.type for e in await store.read(info.id)][-1] == "run_finished"
+    store.dead, store.revived = False, True
+    await expire_leases(store)  # the dead process's lease runs out
+    async with make(store, ["never asked"]) as a:
+        with pytest.raises(
+            KoboiError, match=r"no interrupted run to resume \(its last run: completed"
+        ):
+            await a.resume_run(info.id)
+    # The journal is the truth: the status follows it, and recovery stops finding it.
+    assert (await store.get_session(info.id)).status == "completed"
+    assert await store.list_sessions(status="running") == []
+
+
+async def test_a_stale_running_status_before_any_event_is_settled_as_created() -> None:
+    store = CrashingStore(crash_at=1)  # the status says running; run_started never commits
+    with pytest.raises(Crash):
+        async with make(store, script()) as a:
+            await a.run("go")
+    (info,) = await store.list_sessions()
+    assert info.status == "running" and await store.read(info.id) == []
+    store.revive()
+    await expire_leases(store)
+    async with make(store, script()) as a:
+        with pytest.raises(KoboiError, match=r"its last run: never started"):
+            await a.resume_run(info.id)
+    assert (await store.get_session(info.id)).status == "created"
+
+
+async def test_resume_leaves_a_settled_status_alone() -> None:
+    store = InMemoryStore()
+    async with make(store, ["done"]) as a:
+        result = await a.run("go")
+        await store.set_status(result.session_id, "failed")  # whatever it is, not running
+        with pytest.raises(KoboiError, match="has no interrupted run to resume"):
+            await a.resume_run(result.session_id)
+    assert (await store.get_session(result.session_id)).status == "failed"
+
+
 async def test_a_new_message_on_an_interrupted_session_says_resume_first() -> None:
     store = CrashingStore(crash_at=3)
     sid = await crash_run(store, script())

@@ -37,7 +37,7 @@ from koboi.config import (
 from koboi.errors import KoboiError, SessionNotFound
 from koboi.events import AgentEvent, FinalEvent, RunResult, ToolResultEvent
 from koboi.interceptors import Interceptor
-from koboi.loop import AgentRun, LoopParts, unattended_destruction_refusal
+from koboi.loop import AgentRun, LoopParts, session_status, unattended_destruction_refusal
 from koboi.messages import ToolCall
 from koboi.models import build_model
 from koboi.plugins import Catalog, PluginHost, default_host
@@ -471,6 +471,7 @@ class KoboiAgent:
             state = J.fold_state(await parts.store.read(info.id))
             if not state.interrupted and state.suspended is None:
                 outcome = state.last_outcome or "never started"
+                await _settle_stale_status(parts.store, info.id, state, lease)
                 raise KoboiError(
                     f"session {info.id} has no interrupted run to resume (its last run: {outcome})"
                 )
@@ -592,6 +593,20 @@ class KoboiAgent:
             config_hash=config.config_hash,
         )
         return info.id, J.SessionState(), info.owner
+
+
+async def _settle_stale_status(
+    store: Store, session_id: str, state: J.SessionState, lease: Lease
+) -> None:
+    """A session whose status says ``running`` while its journal holds no run to finish:
+    a process stopped between a run's last event and the status write after it (or
+    between the status write and the run's first event). The journal is the truth; the
+    status follows it, written under the lease, so recovery stops finding the session."""
+    info = await store.get_session(session_id)
+    if info.status != "running":
+        return
+    settled = session_status(state.last_outcome) if state.last_outcome else "created"
+    await store.set_status(session_id, settled, fence=lease.fence)
 
 
 def _refuse_child_session(info: SessionInfo) -> None:

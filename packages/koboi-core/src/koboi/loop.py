@@ -94,6 +94,13 @@ _SESSION_STATUS: dict[Outcome, SessionStatus] = {
     "suspended": "suspended",
 }
 
+
+def session_status(outcome: str) -> SessionStatus:
+    """The session status a run that ended with ``outcome`` leaves behind (an outcome
+    this version does not know, from a newer journal, reads as ``failed``)."""
+    return _SESSION_STATUS.get(cast(Outcome, outcome), "failed")
+
+
 _NOTHING: tuple[AgentEvent, ...] = ()
 
 
@@ -1229,7 +1236,7 @@ class AgentRun(ToolCallPipeline):
             finished["suspension"] = cast(J.SuspensionData, suspension)
         seq = await self.record(J.RUN_FINISHED, finished)
         await self.parts.store.set_status(
-            self.session_id, _SESSION_STATUS[outcome], fence=self._fence()
+            self.session_id, session_status(outcome), fence=self._fence()
         )
         messages = list(self.messages)
         if self._masks.active:
