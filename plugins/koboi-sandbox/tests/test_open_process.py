@@ -48,14 +48,19 @@ async def _run(sandbox: RestrictedSandbox, script: str, **options: object) -> by
 
 
 def _pids_with(marker: str) -> list[int]:
+    """The processes running exactly ``sleep <marker>``. Not any whose command line holds
+    the marker: the ``sh -c`` script that starts them holds it too, and so does each
+    child it has forked and not yet turned into ``sleep`` (under load, long enough for a
+    poll to take the shell for the sleep it is about to start)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if marker in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode():
-                    found.append(int(entry.name))
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
+            if argv[:2] == [b"sleep", marker.encode()]:
+                found.append(int(entry.name))
     return found
 
 
