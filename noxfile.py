@@ -2,14 +2,17 @@
 
 - lint:    ruff check and ruff format --check over the whole tree
 - types:   mypy --strict on every member's src and on the example plugin's
-- members: every workspace member's own tests, each alone in its own environment
-           holding only that member and its declared dependencies (two members at a
-           time: KOBOI_NOX_JOBS); `member(package=...)` runs one. Everything runs on
-           Python 3.11; the kernel, the CLI and a representative set of members
-           (PORTABLE: the store, the loop's plugins, governance, the server) run their
-           fast tests (not `slow`) on 3.12 and 3.13 too, in the same queue
-           (`member(package=..., python=...)` runs one on another Python)
-- tests:   every member's tests plus the cross-package tests/, all together
+- members: each workspace member alone in its own environment holding only that
+           member and its declared dependencies (two members at a time:
+           KOBOI_NOX_JOBS): every one of its test modules is collected there (an
+           import its declarations miss fails), and its `slow` tests (real servers,
+           killed processes, the paths that load the most) run there; its fast tests
+           run once, in `tests`. The kernel, the CLI and a representative set of
+           members (PORTABLE: the store, the loop's plugins, governance, the server)
+           also run their fast tests alone on 3.12 and 3.13, in the same queue.
+           `member(package=...)` runs one member's whole suite alone
+           (`-- --python 3.12`: its fast tests on that Python)
+- tests:   every member's fast tests plus the cross-package tests/, all together
 - evals:   the repo's eval cases (evals/), offline and deterministic: koboi eval-test --mock
 
 Not in the default set (run it by name):
@@ -114,10 +117,11 @@ def _interpreter(version: str) -> str:
 
 
 def _member_commands(
-    package: str, posargs: list[str], python: str = MAIN_PYTHON
+    package: str, posargs: list[str], python: str = MAIN_PYTHON, *, slow_only: bool = False
 ) -> tuple[dict[str, str], list[list[str]]]:
     """The environment and the commands that run one member's tests alone; on another
-    Python than MAIN_PYTHON, only its fast tests (``-m "not slow"``)."""
+    Python than MAIN_PYTHON, only its fast tests (``-m "not slow"``); with ``slow_only``,
+    only its slow ones (every test module is still collected, so imported)."""
     other = python != MAIN_PYTHON
     env_dir = ROOT / ".nox" / (f"member-{package}-py{python}" if other else f"member-{package}")
     env = {"UV_PROJECT_ENVIRONMENT": str(env_dir), "VIRTUAL_ENV": str(env_dir), **PYTEST_ENV}
@@ -125,7 +129,8 @@ def _member_commands(
     sync += ["--group", "test", "--python", _interpreter(python)]
     interpreter = env_dir / "bin" / "python"
     test = [str(interpreter), "-m", "pytest", str(MEMBERS[package] / "tests"), "-q"]
-    test += ["-p", "no:cacheprovider", *(["-m", "not slow"] if other else []), *posargs]
+    marker = ["-m", "not slow"] if other else ["-m", "slow"] if slow_only else []
+    test += ["-p", "no:cacheprovider", *marker, *posargs]
     return env, [sync, test]
 
 
@@ -152,7 +157,10 @@ def _test_weight(package: str) -> int:
 
 @nox.session
 def members(session: nox.Session) -> None:
-    """Every member's tests, each as `member` runs it, ``KOBOI_NOX_JOBS`` (2) at a time.
+    """Each member alone, ``KOBOI_NOX_JOBS`` (2) at a time: all its test modules collected
+    and its slow tests run in an environment of its own (its fast tests run once, in
+    ``tests``, with everything installed); the PORTABLE members' fast tests alone on
+    the other Pythons.
 
     Most members' suites wait on processes and servers as much as they compute, so
     two at a time on two cores take about half the wall time of one after another.
@@ -175,8 +183,14 @@ def members(session: nox.Session) -> None:
         # A plain name: tests put their temporary paths into shell commands, where a
         # "(" or a space would change what is tested (koboi-governance's shell parser).
         basetemp = f"--basetemp={logs / f'{package}-py{python}'}"
-        env, (sync, test) = _member_commands(package, [basetemp, *session.posargs], python)
+        slow_only = python == MAIN_PYTHON
+        env, (sync, test) = _member_commands(
+            package, [basetemp, *session.posargs], python, slow_only=slow_only
+        )
         script = f"{shlex.join(sync)} && {shlex.join(test)}"
+        if slow_only:
+            # pytest's 5: every test collected, none slow (all ran in `tests`): a pass.
+            script = f"{shlex.join(sync)} && {{ {shlex.join(test)}; code=$?; [ $code -eq 5 ] || exit $code; }}"
         with (logs / f"{name}.log").open("wb") as out:
             proc = subprocess.Popen(
                 ["bash", "-c", script],
@@ -216,12 +230,14 @@ def members(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Everything installed together: every member's tests and the cross-package tests/.
+    """Everything installed together: every member's fast tests and the cross-package
+    tests/.
 
-    A member's tests marked ``slow`` (real servers, killed processes) already ran
-    in that member's own session; they are not run a second time here, to keep
-    the whole suite within its time budget. The cross-package tests/ all run, in a
-    second pytest process alongside the members' (its output follows theirs).
+    This is where each member's fast tests run (with every plugin installed and
+    loaded, so one plugin's hooks meet every other's); its ``slow`` tests (real
+    servers, killed processes) ran in that member's own environment, in ``members``.
+    The cross-package tests/ all run, in a second pytest process alongside the
+    members' (its output follows theirs).
     """
     paths = [str(MEMBERS[name] / "tests") for name in TESTED]
     # The cross-package tests mostly wait (servers, killed processes, PostgreSQL
