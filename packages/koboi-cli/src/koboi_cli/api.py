@@ -18,6 +18,10 @@ Its command should look and fail like the built-in ones; this module is how:
   :func:`open_store`, which find the store by the same rule as every command.
 - **Running a config** as ``koboi run`` does (printing, approvals, exit code):
   :func:`run_config`.
+- **Asking a person for approvals** in a UI of the plugin's own:
+  :class:`PersonApprover` (one question at a time, ``always`` remembered, each
+  decision bound to its request); the subclass implements ``ask``, returning an
+  :data:`Answer`.
 
 Everything else in ``koboi_cli`` is internal and may change.
 """
@@ -31,6 +35,7 @@ from typing import Annotated, Any
 
 import typer
 
+from koboi_cli.approver import Answer, PersonApprover
 from koboi_cli.cmd_run import run_config
 from koboi_cli.errors import CliError
 from koboi_cli.host import get_host
@@ -39,10 +44,12 @@ from koboi_cli.stores import StoreTarget, open_store, store_target
 from koboi_cli.style import Style, err, table, warn, write
 
 __all__ = [
+    "Answer",
     "CliError",
     "ConfigArgument",
     "ConfigOption",
     "JsonOption",
+    "PersonApprover",
     "StoreTarget",
     "Style",
     "err",
