@@ -9,20 +9,14 @@ import pytest
 from typer.testing import CliRunner
 
 from koboi import plugins
-from koboi.plugins import PluginHost, reset_default_host
+from koboi.plugins import PluginHost
 
 WriteConfig = Callable[[str], Path]
 
 
 @pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Strict plugins (as in CI), no colour settings or debug from the caller's shell."""
-    monkeypatch.setenv("KOBOI_STRICT_PLUGINS", "1")
-    for name in ("KOBOI_DEBUG", "NO_COLOR", "KOBOI_LOAD_PLUGINS", "KOBOI_DISABLE_PLUGINS"):
-        monkeypatch.delenv(name, raising=False)
-    reset_default_host()
-    yield
-    reset_default_host()
+def _isolated_env(koboi_clean_environment: None) -> None:
+    """koboi-testing's clean environment for every test."""
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +68,21 @@ def test_koboi_command_takes_plugin_filters_from_the_call_not_the_test_process(
     denied = koboi_command("plugins", "list", "--json", env={"KOBOI_DISABLE_PLUGINS": "scripted"})
     statuses = {p["id"]: p["status"] for p in json.loads(denied.stdout)}
     assert statuses["scripted"] == "disabled"
+
+
+def test_koboi_clean_environment_removes_what_the_callers_shell_set(
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    from koboi.plugins import default_host
+
+    for name in ("KOBOI_STORE", "KOBOI_DISABLE_PLUGINS", "KOBOI_DEMO_STEP_SECONDS", "NO_COLOR"):
+        monkeypatch.setenv(name, "x")
+    monkeypatch.setenv("KOBOI_STRICT_PLUGINS", "0")
+    monkeypatch.setenv("KOBOI_UNRELATED_SETTING", "kept")
+    before = default_host()
+    request.getfixturevalue("koboi_clean_environment")
+    assert os.environ["KOBOI_STRICT_PLUGINS"] == "1"
+    for name in ("KOBOI_STORE", "KOBOI_DISABLE_PLUGINS", "KOBOI_DEMO_STEP_SECONDS", "NO_COLOR"):
+        assert name not in os.environ
+    assert os.environ["KOBOI_UNRELATED_SETTING"] == "kept"
+    assert default_host() is not before  # a new host, built from the clean environment

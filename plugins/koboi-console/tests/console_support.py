@@ -4,7 +4,6 @@ client that logs in through the login form."""
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import textwrap
@@ -17,8 +16,6 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-
-from koboi.plugins import reset_default_host
 
 #: append_log is moderate: in act mode it asks for approval; the calculator does not.
 AGENT = """
@@ -55,20 +52,9 @@ CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
 @pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("KOBOI_STRICT_PLUGINS", "1")
-    for name in list(os.environ):
-        if name.startswith("KOBOI_DEMO_") or name in (
-            "KOBOI_STORE",
-            "KOBOI_CACHE_MODE",
-            "KOBOI_LOAD_PLUGINS",
-            "KOBOI_DISABLE_PLUGINS",
-        ):
-            monkeypatch.delenv(name, raising=False)
+def _isolated(koboi_clean_environment: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """koboi-testing's clean environment; the demo tools without their step pause."""
     monkeypatch.setenv("KOBOI_DEMO_STEP_SECONDS", "0")
-    reset_default_host()
-    yield
-    reset_default_host()
 
 
 def write_config(directory: Path, extra: str = "", text: str = AGENT) -> Path:

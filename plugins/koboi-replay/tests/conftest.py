@@ -1,13 +1,11 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from koboi.plugins import reset_default_host
 
 #: A session that uses tools: two calculator calls (one of them with current_time, in
 #: parallel when the config asks), approvals (approval_risk: safe), then an answer.
@@ -28,24 +26,8 @@ TOOLS_CONFIG = """
 
 
 @pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Strict plugins, no store, cache mode or debug from the caller's shell."""
-    monkeypatch.setenv("KOBOI_STRICT_PLUGINS", "1")
-    for name in (
-        "KOBOI_STORE",
-        "KOBOI_CACHE_MODE",
-        "KOBOI_DEBUG",
-        "KOBOI_LOAD_PLUGINS",
-        "KOBOI_DISABLE_PLUGINS",
-        "KOBOI_DEMO_PAUSE_BEFORE_EFFECT",
-        "KOBOI_DEMO_PAUSE_AFTER_EFFECT",
-        "KOBOI_DEMO_PAUSE_IN_MODEL_CALL",
-        "NO_COLOR",
-    ):
-        monkeypatch.delenv(name, raising=False)
-    reset_default_host()
-    yield
-    reset_default_host()
+def _isolated(koboi_clean_environment: None) -> None:
+    """koboi-testing's clean environment for every test."""
 
 
 @pytest.fixture

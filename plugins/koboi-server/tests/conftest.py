@@ -33,8 +33,6 @@ import anyio
 import httpx
 import pytest
 
-from koboi.plugins import reset_default_host
-
 #: Tools, approvals (append_log is moderate: act mode asks) and streamed answers.
 AGENT = """
     agent: {name: served, mode: act, approval_timeout_seconds: 120}
@@ -85,22 +83,9 @@ FAST = {
 
 
 @pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Strict plugins; no store, cache mode or demo pause from the caller's shell."""
-    monkeypatch.setenv("KOBOI_STRICT_PLUGINS", "1")
-    for name in list(os.environ):
-        if name.startswith("KOBOI_DEMO_") or name in (
-            "KOBOI_STORE",
-            "KOBOI_CACHE_MODE",
-            "KOBOI_DEBUG",
-            "KOBOI_LOAD_PLUGINS",
-            "KOBOI_DISABLE_PLUGINS",
-        ):
-            monkeypatch.delenv(name, raising=False)
+def _isolated(koboi_clean_environment: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """koboi-testing's clean environment; the demo tools without their step pause."""
     monkeypatch.setenv("KOBOI_DEMO_STEP_SECONDS", "0")
-    reset_default_host()
-    yield
-    reset_default_host()
 
 
 @pytest.fixture

@@ -2,12 +2,10 @@ from __future__ import annotations
 
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from koboi.plugins import reset_default_host
 
 sys.path.insert(0, str(Path(__file__).parent))  # chat_pilot, the tests' helpers
 
@@ -45,15 +43,8 @@ store:
 
 
 @pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Strict plugins; nothing from the caller's shell decides the store or the plugins."""
-    monkeypatch.setenv("KOBOI_STRICT_PLUGINS", "1")
-    for name in ("KOBOI_STORE", "KOBOI_CACHE_MODE", "KOBOI_DEBUG", "KOBOI_LOAD_PLUGINS"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("KOBOI_DISABLE_PLUGINS", raising=False)
-    reset_default_host()
-    yield
-    reset_default_host()
+def _isolated(koboi_clean_environment: None) -> None:
+    """koboi-testing's clean environment for every test."""
 
 
 @pytest.fixture

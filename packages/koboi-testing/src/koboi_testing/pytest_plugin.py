@@ -18,6 +18,12 @@ Fixtures:
     A :class:`koboi.toolsets.ToolsetContext` (a passthrough sandbox rooted at
     ``tmp_path``, an in-memory store, a scripted-model config): what
     ``Toolset.open`` is given; ``ToolsetContract`` uses it.
+``koboi_clean_environment``
+    Strict plugins, and nothing of the caller's shell deciding the store
+    (``KOBOI_STORE``), the plugins (``KOBOI_LOAD_PLUGINS``, ``KOBOI_DISABLE_PLUGINS``),
+    the cache mode, debug output, colour or a demo's pauses (``KOBOI_DEMO_*``); the
+    default plugin host is made anew before and after the test. Use it from an
+    autouse fixture in a ``conftest.py``.
 ``memory_store``
     An opened :class:`koboi.store.InMemoryStore` (async fixture; use it from
     ``@pytest.mark.anyio`` tests).
@@ -38,7 +44,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from importlib import util
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -89,6 +95,33 @@ def koboi_toolset_context(tmp_path: Path) -> ToolsetContext:
     from koboi_testing.contracts.toolset import toolset_context
 
     return toolset_context({"llm": {"provider": "scripted"}}, tmp_path)
+
+
+#: What a caller's shell may set that would change which store, plugins, cache mode,
+#: debug output or colour a test gets (``KOBOI_DEMO_*`` too: the demo tools' pauses).
+CALLER_VARIABLES = (
+    "KOBOI_STORE",
+    "KOBOI_CACHE_MODE",
+    "KOBOI_DEBUG",
+    "KOBOI_LOAD_PLUGINS",
+    "KOBOI_DISABLE_PLUGINS",
+    "NO_COLOR",
+)
+
+
+@pytest.fixture
+def koboi_clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Strict plugins; no store, plugin filter, cache mode, debug, colour setting or demo
+    pause from the caller's shell; a new default plugin host before and after."""
+    from koboi.plugins import reset_default_host
+
+    monkeypatch.setenv("KOBOI_STRICT_PLUGINS", "1")
+    for name in list(os.environ):
+        if name.startswith("KOBOI_DEMO_") or name in CALLER_VARIABLES:
+            monkeypatch.delenv(name, raising=False)
+    reset_default_host()
+    yield
+    reset_default_host()
 
 
 @pytest.fixture
