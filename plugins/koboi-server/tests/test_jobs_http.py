@@ -98,6 +98,46 @@ def test_a_job_runs_and_its_events_resume_after_a_cursor(
     assert len(c.get("/v1/jobs").json()["jobs"]) == 1
 
 
+def test_following_a_queued_job_waits_for_its_run_instead_of_ending_idle(
+    write_config: Any, thread_server: Any, client: Any, make_key: Any, events_of: Any
+) -> None:
+    """Found by the console's browser test on a loaded machine: the job page opened its
+    stream before any runner had taken the job, the session had no event, nothing ran
+    here, and the stream ended at once with ``idle``; the page never saw the run."""
+    import threading
+
+    config = write_config(JOBS)
+    key = make_key(config=config)
+    # This server only queues and streams; the job waits until a runner appears.
+    front = thread_server(config, settings={**FAST_JOBS, "run_jobs": False})
+    c = client(front.base_url, key)
+    # Control: a job that will never run (cancelled while queued) ends its stream at once.
+    gone = c.post("/v1/jobs", json={"input": "log never"}).json()
+    c.post(f"/v1/jobs/{gone['id']}/cancel")
+    with c.stream("GET", f"/v1/jobs/{gone['id']}/events") as r:
+        assert [e.event for e in events_of(r)] == ["idle"]
+
+    job = c.post("/v1/jobs", json={"input": "log followed"}).json()
+    seen: list[Any] = []
+
+    def follow() -> None:
+        with client(front.base_url, key).stream("GET", f"/v1/jobs/{job['id']}/events") as r:
+            assert r.status_code == 200
+            seen.extend(events_of(r))
+
+    watcher = threading.Thread(target=follow, daemon=True)
+    watcher.start()
+    watcher.join(1.5)
+    assert watcher.is_alive(), f"the stream ended while the job was queued: {seen}"
+
+    thread_server(config, settings=FAST_JOBS)  # a runner, on the same store
+    watcher.join(30)
+    assert not watcher.is_alive(), "the stream did not end after the job's run"
+    names = [e.event for e in seen]
+    assert "idle" not in names and names[-1] == "final", names
+    assert "tool_result" in names and _log(config) == ["followed"]
+
+
 def test_idempotency_key_replays_refuses_another_body_and_races_to_one_job(
     write_config: Any, thread_server: Any, client: Any, make_key: Any
 ) -> None:

@@ -8,6 +8,7 @@ exactly as what does not exist: 404 ``not_found``.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 import anyio
@@ -603,6 +604,23 @@ async def session_events(
     last_event_id: LastEventIdHeader = None,
     after: AfterQuery = None,
 ) -> StreamingResponse:
+    return await follow_session(session_id, request, state, principal, last_event_id, after)
+
+
+async def follow_session(
+    session_id: str,
+    request: Request,
+    state: ServerState,
+    principal: Principal,
+    last_event_id: str | None,
+    after: int | None,
+    *,
+    still_coming: Callable[[], Awaitable[bool]] | None = None,
+) -> StreamingResponse:
+    """The ``follow`` stream of a session the principal owns, after ``Last-Event-ID`` or
+    ``?after=``. ``still_coming`` says whether a run is on its way that the session does
+    not show yet (a queued job's): while it says so, the stream waits instead of ending
+    with ``idle``."""
     info = await owned_session(state, session_id, principal)
     cursor = after
     if last_event_id is not None and last_event_id.strip():
@@ -626,7 +644,9 @@ async def session_events(
             "invalid_request",
             f"event id {cursor} is after the session's last event ({info.last_seq})",
         )
-    return _sse(session_stream(state, request, principal, info, after=cursor, mode="follow"))
+    stream = session_stream(state, request, principal, info, after=cursor, mode="follow")
+    stream.still_coming = still_coming
+    return _sse(stream)
 
 
 # -- approvals --------------------------------------------------------------------------

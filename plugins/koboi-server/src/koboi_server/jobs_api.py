@@ -28,7 +28,7 @@ from koboi_server.api import (
     TracestateHeader,
     _bearer,
     _errors,
-    session_events,
+    follow_session,
     trace_of,
 )
 from koboi_server.budgets import check_budget
@@ -366,9 +366,27 @@ async def job_events(
     last_event_id: LastEventIdHeader = None,
     after: AfterQuery = None,
 ) -> StreamingResponse:
-    """Same stream as ``GET /v1/sessions/{session_id}/events`` of the job's session."""
+    """Same stream as ``GET /v1/sessions/{session_id}/events`` of the job's session; while
+    the job is queued (or its run has not written its first event), the stream waits for
+    it rather than ending with ``idle``."""
     job = await owned_job(state, job_id, principal)
     # A queued job's session is made by its runner; make it now so there is
     # something to follow.
     await ensure_job_session(state.store, job, state.config)
-    return await session_events(job.session_id, request, state, principal, last_event_id, after)
+
+    async def run_on_its_way() -> bool:
+        try:
+            current = await state.jobs.get_job(job.id)
+        except JobNotFound:
+            return False
+        return current.status in ("queued", "running")
+
+    return await follow_session(
+        job.session_id,
+        request,
+        state,
+        principal,
+        last_event_id,
+        after,
+        still_coming=run_on_its_way,
+    )

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from koboi import journal as J
@@ -426,6 +426,9 @@ class SessionStream:
         self._calls: dict[str, Any] = {}
         self._last_type: str | None = None
         self._delivered = 0
+        #: ``follow`` only: True while a run is on its way that the journal does not show
+        #: yet (a queued job's): the stream waits for it instead of ending ``idle``.
+        self.still_coming: Callable[[], Awaitable[bool]] | None = None
 
     async def frames(self) -> AsyncGenerator[bytes, None]:
         """The stream's bytes; ends with a terminal event."""
@@ -604,6 +607,8 @@ class SessionStream:
         if self.hub.local(self.sid) or self.sid in self.registry.runs:
             return False
         if await self.store.read(self.sid, after=self.cursor, limit=1):
+            return False
+        if self.still_coming is not None and await self.still_coming():
             return False
         if self.cursor == 0:
             return True
