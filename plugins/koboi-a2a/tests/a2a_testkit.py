@@ -13,19 +13,19 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 import yaml
 
 from koboi import Risk, ToolContext, tool
+from koboi_server import testing
+from koboi_server.testing import ThreadServer
 
 ROOT = Path(__file__).resolve().parents[3]
 NODE_DIR = ROOT / ".ci" / "node_modules"
@@ -139,51 +139,9 @@ def free_port() -> int:
         return port
 
 
-class ThreadServer:
-    """An ASGI app served by uvicorn in a thread, on a socket bound before it starts."""
-
-    def __init__(self, app: Any, sock: socket.socket) -> None:
-        import uvicorn
-
-        self.app = app
-        self.sock = sock
-        self.port = sock.getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
-        config.timeout_graceful_shutdown = 5
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [sock]}, daemon=True
-        )
-
-    def start(self) -> ThreadServer:
-        self.thread.start()
-        deadline = time.monotonic() + 60
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-        self.sock.close()
-
-    @property
-    def state(self) -> Any:
-        return self.app.state.koboi
-
-
 def store_call(config: Path, work: Callable[[Any], Any]) -> Any:
     """Run ``work(store)`` on the config's store (the file the server reads)."""
-    from koboi_cli.api import open_store, store_target
-
-    async def main() -> Any:
-        async with open_store(store_target(config)) as store:
-            return await work(store)
-
-    return anyio.run(main)
+    return testing.store_call(config, work)
 
 
 def make_key(
@@ -194,16 +152,9 @@ def make_key(
     rate_per_minute: int | None = None,
     budget_usd: float | None = None,
 ) -> str:
-    from koboi_server.keys import KeyRing
-
-    async def create(store: Any) -> str:
-        _, token = await KeyRing(store).create(
-            principal, scopes=scopes, rate_per_minute=rate_per_minute, budget_usd=budget_usd
-        )
-        return token
-
-    token: str = store_call(config, create)
-    return token
+    return testing.create_key(
+        config, principal, scopes=scopes, rate_per_minute=rate_per_minute, budget_usd=budget_usd
+    )
 
 
 def journal(config: Path, session_id: str) -> list[Any]:

@@ -5,17 +5,15 @@ client that logs in through the login form."""
 from __future__ import annotations
 
 import re
-import socket
 import textwrap
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import pytest
+
+from koboi_server import testing
 
 #: append_log is moderate: in act mode it asks for approval; the calculator does not.
 AGENT = """
@@ -99,33 +97,14 @@ class Browser:
         return self.client.post(path, **kwargs)
 
 
-class ThreadServer:
-    """``create_app`` served by uvicorn in a thread, on a socket bound before it starts."""
+class ThreadServer(testing.ThreadServer):
+    """koboi-server's test server, with the console's browsers and API clients it made
+    (closed when it stops)."""
 
     def __init__(self, app: Any) -> None:
-        import uvicorn
-
-        self.app = app
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.base_url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
-        config.timeout_graceful_shutdown = 5
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
+        super().__init__(app)
         self.browsers: list[Browser] = []
         self.clients: list[httpx.Client] = []
-
-    def start(self) -> ThreadServer:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.02)
-        return self
 
     def browser(self) -> Browser:
         browser = Browser(self.base_url)
@@ -142,44 +121,20 @@ class ThreadServer:
     def stop(self) -> None:
         for client in [*self.clients, *(b.client for b in self.browsers)]:
             client.close()
-        self.server.should_exit = True
-        self.thread.join(30)
-        self.sock.close()
+        super().stop()
 
 
 def in_store(config: Path, work: Callable[[Any], Any]) -> Any:
     """``await work(store)`` on the config's store, opened by the test process."""
-    from koboi.config import build_store, load_config, resolve_store_url
-    from koboi.plugins import default_host
-
-    catalog = default_host().catalog()
-    loaded = load_config(config, catalog)
-    store = build_store(resolve_store_url(loaded, catalog), loaded.base_dir, catalog)
-
-    async def main() -> Any:
-        async with store:
-            return await work(store)
-
-    return anyio.run(main)
+    return testing.store_call(config, work)
 
 
 def make_key(config: Path, principal: str) -> str:
-    from koboi_server import KeyRing
-
-    async def create(store: Any) -> str:
-        _, token = await KeyRing(store).create(principal)
-        return str(token)
-
-    return str(in_store(config, create))
+    return testing.create_key(config, principal)
 
 
 def revoke_key(config: Path, token: str) -> None:
-    from koboi_server import KeyRing
-
-    async def revoke(store: Any) -> None:
-        await KeyRing(store).revoke(token.split("_")[1])
-
-    in_store(config, revoke)
+    testing.revoke_key(config, token)
 
 
 @pytest.fixture

@@ -91,22 +91,9 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 
 def make_key(config: Path, principal: str) -> str:
     """A new API key of ``principal`` in the config's store (which the server reads)."""
-    import anyio
+    from koboi_server.testing import create_key
 
-    from koboi.config import build_store, load_config, resolve_store_url
-    from koboi.plugins import default_host
-    from koboi_server import KeyRing
-
-    catalog = default_host().catalog()
-    loaded = load_config(config, catalog)
-    store = build_store(resolve_store_url(loaded, catalog), loaded.base_dir, catalog)
-
-    async def create() -> str:
-        async with store:
-            _, token = await KeyRing(store).create(principal)
-            return token
-
-    return anyio.run(create)
+    return create_key(config, principal)
 
 
 def serve(directory: Path, head: str, extra_env: dict[str, str] | None = None) -> Iterator[Served]:

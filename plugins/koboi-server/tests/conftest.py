@@ -29,9 +29,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import anyio
 import httpx
 import pytest
+
+from koboi_server import testing
+from koboi_server.testing import ThreadServer, create_key, store_call
 
 #: Tools, approvals (append_log is moderate: act mode asks) and streamed answers.
 AGENT = """
@@ -115,27 +117,12 @@ def yolo_config(write_config: Callable[..., Path]) -> Callable[..., Path]:
     return write
 
 
-def _store_call(config: Path, work: Callable[[Any], Any]) -> Any:
-    from koboi.config import build_store, load_config, resolve_store_url
-    from koboi.plugins import default_host
-
-    catalog = default_host().catalog()
-    loaded = load_config(config, catalog)
-    store = build_store(resolve_store_url(loaded, catalog), loaded.base_dir, catalog)
-
-    async def main() -> Any:
-        async with store:
-            return await work(store)
-
-    return anyio.run(main)
-
-
 @pytest.fixture
 def in_store(config_path: Path) -> Callable[..., Any]:
     """Run ``await work(store)`` on the config's store (a store of the test process)."""
 
     def call(work: Callable[[Any], Any], config: Path = config_path) -> Any:
-        return _store_call(config, work)
+        return store_call(config, work)
 
     return call
 
@@ -145,28 +132,17 @@ def make_key(config_path: Path) -> Callable[..., str]:
     """Create an API key for a principal in the config's store; return the key text."""
 
     def make(principal: str = "alice", config: Path = config_path) -> str:
-        from koboi_server import KeyRing
-
-        async def create(store: Any) -> str:
-            _, token = await KeyRing(store).create(principal)
-            return token
-
-        return str(_store_call(config, create))
+        return create_key(config, principal)
 
     return make
 
 
 @pytest.fixture
 def revoke_key(config_path: Path) -> Callable[..., None]:
+    """Revoke a key (its text) in the config's store."""
+
     def revoke(token: str, config: Path = config_path) -> None:
-        from koboi_server import KeyRing
-
-        key_id = token.split("_")[1]
-
-        async def work(store: Any) -> None:
-            await KeyRing(store).revoke(key_id)
-
-        _store_call(config, work)
+        testing.revoke_key(config, token)
 
     return revoke
 
@@ -203,45 +179,6 @@ def pg_store_url() -> Iterator[str]:
 # -- servers -----------------------------------------------------------------------------
 
 
-class ThreadServer:
-    """``create_app`` served by uvicorn in a thread, on a socket bound before it starts."""
-
-    def __init__(self, app: Any) -> None:
-        import uvicorn
-
-        self.app = app
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
-        config.timeout_graceful_shutdown = 10
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
-
-    def start(self) -> ThreadServer:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-        self.sock.close()
-        if self.thread.is_alive():  # pragma: no cover - a hang is a failure
-            raise RuntimeError("the test server did not stop")
-
-    @property
-    def state(self) -> Any:
-        return self.app.state.koboi
-
-
 @pytest.fixture
 def thread_server(config_path: Path) -> Iterator[Callable[..., ThreadServer]]:
     """Start ``create_app(config, settings=FAST | overrides, **kwargs)`` in a thread."""
@@ -251,7 +188,8 @@ def thread_server(config_path: Path) -> Iterator[Callable[..., ThreadServer]]:
         from koboi_server import create_app
 
         overrides = {**FAST, **kwargs.pop("settings", {})}
-        server = ThreadServer(create_app(config, settings=overrides, **kwargs)).start()
+        app = create_app(config, settings=overrides, **kwargs)
+        server = ThreadServer(app, graceful_shutdown=10).start()
         started.append(server)
         return server
 
@@ -462,7 +400,7 @@ def asgi_server() -> Iterator[Callable[[Any], ThreadServer]]:
     started: list[ThreadServer] = []
 
     def start(app: Any) -> ThreadServer:
-        server = ThreadServer(app).start()
+        server = ThreadServer(app, graceful_shutdown=10).start()
         started.append(server)
         return server
 
