@@ -221,7 +221,7 @@ def koboi_register_hookspecs(register: RegisterHookspecs) -> None:
     :param register: ``register(specs)`` where ``specs`` is a module or class whose
         functions are marked with ``koboi.hookspecs.hookspec``. Every name must start
         with ``koboi_<id>_``, ``<id>`` being this plugin's entry-point id with ``-``
-        written ``_`` (plugin ``rag`` publishes ``koboi_rag_register_embedders``); a
+        written ``_`` (plugin ``weather`` publishes ``koboi_weather_register_stations``); a
         name outside that namespace is a registration error. The owner calls its
         hooks through :meth:`koboi.plugins.PluginHost.collect`.
 
@@ -244,8 +244,8 @@ def koboi_register_hints(register: RegisterHint) -> None:
         enforces it; for a ``command``: a ``koboi`` subcommand a plugin adds, named
         when someone invokes it and no installed plugin provides it);
         ``distribution`` the distribution to install. For a section, ``moved_to``
-        names the place where the key belongs instead (``guardrails`` ->
-        ``governance.guardrails``). For a sandbox, ``isolating=True`` says the
+        names the place where the key belongs instead (``stations`` ->
+        ``weather.stations``). For a sandbox, ``isolating=True`` says the
         backend isolates tools: only those are suggested when a run needs isolation.
 
     The kernel names no capability itself: when a config uses something no installed
@@ -270,7 +270,7 @@ def koboi_register_config_sections(register: RegisterConfigSection) -> None:
         description on every field. The kernel validates the section with it and
         hands the instance back through ``AgentConfig.section(name)``.
         ``aliases`` maps other top-level names for part of the section (another
-        framework's spelling: ``guardrails`` for ``governance.guardrails``) to a
+        framework's spelling: ``stations`` for ``weather.stations``) to a
         converter ``convert(value) -> mapping``: the mapping is merged into the
         section before it is validated (a key set both ways is a config problem),
         a ``ValueError`` it raises is a config problem of the alias, and

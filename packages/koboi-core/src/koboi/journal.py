@@ -489,7 +489,7 @@ _PLUGIN_EVENT = re.compile(r"^[a-z][a-z0-9_-]*\.[a-z0-9][a-z0-9_.-]*$")
 
 
 def is_plugin_event(event_type: str) -> bool:
-    """True for a plugin's own event type, ``"<plugin id>.<name>"`` (``rag.retrieved``)."""
+    """True for a plugin's own event type, ``"<plugin id>.<name>"`` (``weather.briefed``)."""
     return "." in event_type and _PLUGIN_EVENT.match(event_type) is not None
 
 
@@ -498,7 +498,7 @@ def check_plugin_event_type(event_type: str) -> str:
     if not isinstance(event_type, str) or not is_plugin_event(event_type):
         raise ValueError(
             f"plugin event type {event_type!r} must be '<plugin id>.<name>' in lower case "
-            "(letters, digits, '_', '-', '.'), e.g. 'rag.retrieved'"
+            "(letters, digits, '_', '-', '.'), e.g. 'weather.briefed'"
         )
     return event_type
 

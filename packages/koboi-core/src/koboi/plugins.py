@@ -134,8 +134,8 @@ class Catalog:
     """Everything the loaded plugins registered, with owners."""
 
     sections: Registry[type[BaseModel]] = field(default_factory=lambda: Registry("config section"))
-    #: Other top-level spellings of part of a plugin's section (``guardrails`` for
-    #: ``governance.guardrails``): the converter, with ``extra["section"]`` its owner.
+    #: Other top-level spellings of part of a plugin's section (``stations`` for
+    #: ``weather.stations``): the converter, with ``extra["section"]`` its owner.
     section_aliases: Registry[Callable[[Any], Mapping[str, Any]]] = field(
         default_factory=lambda: Registry("config section alias")
     )
