@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 import anyio.from_thread
+import anyio.lowlevel
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
@@ -60,8 +61,12 @@ class WriterHold:
         self.release = threading.Event()
 
     async def run(self) -> None:
+        # The writes run on the database's own writer thread, not an anyio worker:
+        # the way back to this event loop is given explicitly.
+        token = anyio.lowlevel.current_token()
+
         def hold(connection: Connection) -> None:
-            anyio.from_thread.run_sync(self.started.set)
+            anyio.from_thread.run_sync(self.started.set, token=token)
             self.release.wait(10)
 
         await self.committer.write(hold, "power_loss", 5.0)

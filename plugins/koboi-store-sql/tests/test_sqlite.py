@@ -336,7 +336,7 @@ async def test_a_lock_released_within_the_timeout_is_waited_for(db_path: Path) -
 def _limit_pages(store: SQLStore, extra_pages: int) -> None:
     database = store._database
     assert database is not None
-    with database.writer.connect() as connection:
+    with database.writer_connection() as connection:
         raw = connection.connection.driver_connection
         assert raw is not None
         pages = raw.execute("PRAGMA page_count").fetchone()[0]

@@ -157,7 +157,11 @@ class GroupCommitter:
         # through (and their callers woken) even if this caller is cancelled.
         with anyio.CancelScope(shield=True):
             try:
-                await anyio.to_thread.run_sync(self.database.commit_batch, batch)
+                writer = self.database.writer_thread
+                if writer is not None:
+                    await writer.run(self.database.commit_batch, batch)
+                else:  # pragma: no cover - a committer always has its thread
+                    await anyio.to_thread.run_sync(self.database.commit_batch, batch)
                 self.batches += 1
                 self.operations += len(batch)
             except BaseException as exc:  # pragma: no cover - commit_batch records its errors
