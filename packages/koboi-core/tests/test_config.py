@@ -215,6 +215,22 @@ def test_yaml_problems(tmp_path: Path, host: PluginHost, text: str, expected: st
     assert len(found) == 1 and expected in found[0]
 
 
+def test_configs_are_parsed_by_libyaml_when_pyyaml_has_it(tmp_path: Path, host: PluginHost) -> None:
+    """PyYAML's pure-Python parser took seconds for a config with a long script (a
+    2,500-step scripted model); its wheels carry libyaml, which the reader uses, with
+    the duplicate-key rule and the line numbers of the errors unchanged (above)."""
+    import yaml
+
+    from koboi import config_files
+
+    parser = yaml.cyaml.CParser if yaml.__with_libyaml__ else yaml.parser.Parser
+    assert issubclass(config_files._UniqueKeyLoader, parser)
+    script = "".join(f"    - reply: 'answer {i}'\n" for i in range(2000))
+    path = write(tmp_path, f"llm:\n  provider: scripted\n  script:\n{script}")
+    config = load_config(path, host.catalog(), env={})
+    assert len(config.llm.model_dump()["script"]) == 2000
+
+
 def test_missing_file(tmp_path: Path, host: PluginHost) -> None:
     with pytest.raises(ConfigError, match=r"nope\.yaml: file not found"):
         load_config(tmp_path / "nope.yaml", host.catalog())

@@ -18,8 +18,12 @@ import yaml
 from koboi.errors import ConfigError, ConfigProblem
 from koboi.interpolation import load_dotenv
 
+# libyaml's parser when PyYAML was built with it (its wheels are): the pure-Python
+# one took most of the time of reading a large config.
+_SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+
+class _UniqueKeyLoader(_SafeLoader):  # type: ignore[valid-type,misc]
     """A safe loader that refuses duplicate keys instead of keeping the last."""
 
 
