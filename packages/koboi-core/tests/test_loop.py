@@ -370,12 +370,10 @@ class WaitingStore(InMemoryStore):
         super().__init__()
         self.calls = 0
 
-    async def append(
-        self, session_id: str, events: Any, *, fence: int | None = None, audit: Any = ()
-    ) -> Any:
+    async def append(self, session_id: str, events: Any, **kw: Any) -> Any:
         self.calls += 1
         await anyio.sleep(0.02 if self.calls % 2 else 0.001)
-        return await super().append(session_id, events, fence=fence, audit=audit)
+        return await super().append(session_id, events, **kw)
 
 
 async def test_parallel_tool_calls_against_a_store_that_waits() -> None:

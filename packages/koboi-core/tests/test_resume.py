@@ -48,6 +48,7 @@ class CrashingStore(InMemoryStore):
         *,
         fence: int | None = None,
         audit: Sequence[Any] = (),
+        status: Any = None,
     ) -> list[JournalEvent]:
         if self.dead:
             raise Crash
@@ -55,7 +56,7 @@ class CrashingStore(InMemoryStore):
         if self.crash_at is not None and self.appends == self.crash_at:
             self.dead = True
             raise Crash
-        return await super().append(session_id, events, fence=fence, audit=audit)
+        return await super().append(session_id, events, fence=fence, audit=audit, status=status)
 
     async def set_status(self, session_id: str, status: Any, *, fence: int | None = None) -> Any:
         if self.dead:
@@ -262,59 +263,79 @@ async def test_resume_of_a_finished_session_is_an_error() -> None:
             await a.resume_run("zzz")
 
 
-class DiesBeforeFinalStatus(InMemoryStore):
-    """Dies on the status write that follows a run's ``run_finished``: the journal says
-    the run ended, the session's status still says ``running``."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.dead = self.revived = False
-
-    async def set_status(self, session_id: str, status: Any, *, fence: int | None = None) -> Any:
-        if self.dead or (status != "running" and not self.revived):
-            self.dead = True
-            raise Crash
-        return await super().set_status(session_id, status, fence=fence)
-
-    async def release_lease(self, lease: Any) -> None:
-        if self.dead:
-            raise Crash
-        await super().release_lease(lease)
-
-
-async def test_a_stale_running_status_after_a_finished_run_is_settled_by_resume() -> None:
-    store = DiesBeforeFinalStatus()
-    with pytest.raises(Crash):
-        async with make(store, ["done"]) as a:
-            await a.run("go")
-    (info,) = await store.list_sessions()
-    assert info.status == "running"  # the kill landed between run_finished and the status
-    assert [e.type for e in await store.read(info.id)][-1] == "run_finished"
-    store.dead, store.revived = False, True
-    await expire_leases(store)  # the dead process's lease runs out
-    async with make(store, ["never asked"]) as a:
-        with pytest.raises(
-            KoboiError, match=r"no interrupted run to resume \(its last run: completed"
-        ):
-            await a.resume_run(info.id)
-    # The journal is the truth: the status follows it, and recovery stops finding it.
-    assert (await store.get_session(info.id)).status == "completed"
-    assert await store.list_sessions(status="running") == []
-
-
-async def test_a_stale_running_status_before_any_event_is_settled_as_created() -> None:
-    store = CrashingStore(crash_at=1)  # the status says running; run_started never commits
+async def test_the_status_is_committed_with_the_runs_first_and_last_events() -> None:
+    """``running`` travels with the run's first commit and the outcome with
+    ``run_finished``: a kill between two commits never leaves a status the journal
+    contradicts, and a run costs no commit of its own for its status."""
+    store = CrashingStore(crash_at=1)  # dies committing [run_started, model_call_started]
     with pytest.raises(Crash):
         async with make(store, script()) as a:
             await a.run("go")
     (info,) = await store.list_sessions()
-    assert info.status == "running" and await store.read(info.id) == []
-    store.revive()
-    await expire_leases(store)
+    assert info.status == "created" and await store.read(info.id) == []
+    store = CrashingStore(crash_at=2)  # dies committing [model_call_finished, run_finished]
+    with pytest.raises(Crash):
+        async with make(store, ["done"]) as a:
+            await a.run("go")
+    (info,) = await store.list_sessions()
+    assert info.status == "running"
+    assert [e.type for e in await store.read(info.id)] == ["run_started", "model_call_started"]
+    statuses: list[str] = []
+
+    class Watching(InMemoryStore):
+        async def set_status(self, session_id: str, status: Any, **kw: Any) -> Any:
+            statuses.append(f"set_status {status}")
+            return await super().set_status(session_id, status, **kw)
+
+        async def append(self, session_id: str, events: Any, **kw: Any) -> Any:
+            stored = await super().append(session_id, events, **kw)
+            if kw.get("status") is not None:
+                statuses.append(f"{kw['status']} with {[e.type for e in stored]}")
+            return stored
+
+    async with make(Watching(), ["done"]) as a:
+        await a.run("go")
+    assert statuses == [
+        "running with ['run_started', 'model_call_started']",
+        "completed with ['model_call_finished', 'run_finished']",
+    ]
+
+
+async def _leave_a_stale_running_status(store: InMemoryStore, *, run: bool) -> str:
+    """What an earlier koboi, which set the status in a transaction of its own, left
+    when killed between that write and the journal's: ``running`` over a journal that
+    says the run ended (``run``), or that never started."""
+    if run:
+        async with make(store, ["done"]) as a:
+            session_id = (await a.run("go")).session_id
+    else:
+        session_id = (await store.create_session()).id
+    await store.set_status(session_id, "running")
+    return session_id
+
+
+async def test_a_stale_running_status_after_a_finished_run_is_settled_by_resume() -> None:
+    store = InMemoryStore()
+    session_id = await _leave_a_stale_running_status(store, run=True)
+    assert [e.type for e in await store.read(session_id)][-1] == "run_finished"
+    async with make(store, ["never asked"]) as a:
+        with pytest.raises(
+            KoboiError, match=r"no interrupted run to resume \(its last run: completed"
+        ):
+            await a.resume_run(session_id)
+    # The journal is the truth: the status follows it, and recovery stops finding it.
+    assert (await store.get_session(session_id)).status == "completed"
+    assert await store.list_sessions(status="running") == []
+
+
+async def test_a_stale_running_status_before_any_event_is_settled_as_created() -> None:
+    store = InMemoryStore()
+    session_id = await _leave_a_stale_running_status(store, run=False)
+    assert await store.read(session_id) == []
     async with make(store, script()) as a:
         with pytest.raises(KoboiError, match=r"its last run: never started"):
-            await a.resume_run(info.id)
-    assert (await store.get_session(info.id)).status == "created"
+            await a.resume_run(session_id)
+    assert (await store.get_session(session_id)).status == "created"
 
 
 async def test_resume_leaves_a_settled_status_alone() -> None:

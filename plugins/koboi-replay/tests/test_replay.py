@@ -291,8 +291,11 @@ async def test_a_session_killed_after_any_commit_replays_identically(write_confi
             *,
             fence: int | None = None,
             audit: Sequence[Mapping[str, Any]] = (),
+            status: Any = None,
         ) -> list[JournalEvent]:
-            stored = await super().append(session_id, events, fence=fence, audit=audit)
+            stored = await super().append(
+                session_id, events, fence=fence, audit=audit, status=status
+            )
             commits.append(([NewEvent(e.type, e.data) for e in stored], list(audit)))
             return stored
 

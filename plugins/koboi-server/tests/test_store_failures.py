@@ -75,13 +75,14 @@ class FlakyStore(InMemoryStore):
         *,
         fence: int | None = None,
         audit: Any = (),
+        status: Any = None,
     ) -> list[JournalEvent]:
         batch: list[NewEvent] = list(events)
         outcomes = (J.TOOL_CALL_FINISHED, J.TOOL_CALL_INTERRUPTED)
         if self.times > 0 and any(e.type in outcomes for e in batch):
             self.times -= 1
             raise self.error
-        return await super().append(session_id, batch, fence=fence, audit=audit)
+        return await super().append(session_id, batch, fence=fence, audit=audit, status=status)
 
 
 # -- telling a store failure from a bug ------------------------------------------------------

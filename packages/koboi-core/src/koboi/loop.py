@@ -262,6 +262,8 @@ class AgentRun(ToolCallPipeline):
         #: How the run will end, set by the loop or the runner.
         self.ending: Ending | None = None
         self._buffer: list[NewEvent] = []
+        #: A session status to commit with the next batch (the run's start or end).
+        self._status_due: SessionStatus | None = None
         # fast_acquire: an uncontended flush (the usual case) takes the lock without
         # a trip through the event loop.
         self._flush_lock = anyio.Lock(fast_acquire=True)
@@ -359,7 +361,7 @@ class AgentRun(ToolCallPipeline):
         """
         async with self._flush_lock:
             for _ in range(3):
-                if not self._buffer and not self.info.pending_audit:
+                if not self._buffer and not self.info.pending_audit and self._status_due is None:
                     break
                 await self._commit_batch()
         await self._renew_if_due()
@@ -367,12 +369,15 @@ class AgentRun(ToolCallPipeline):
     async def _commit_batch(self) -> None:
         batch, self._buffer = self._buffer, []
         audit, self.info.pending_audit = self.info.pending_audit, []
+        status, self._status_due = self._status_due, None
         if audit and self._masks.active:
             audit = [self._masks.data(record) for record in audit]
         first = self._next_seq - len(batch) - len(self._buffer)
         fence = self.lease.fence if self.lease is not None else None
         try:
-            stored = await self.parts.store.append(self.session_id, batch, fence=fence, audit=audit)
+            stored = await self.parts.store.append(
+                self.session_id, batch, fence=fence, audit=audit, status=status
+            )
         except FencedOut:
             self._fenced_out = True
             raise
@@ -529,7 +534,8 @@ class AgentRun(ToolCallPipeline):
         self.info.input, self.info.resumed = user_input, False
         self.info.trace = trace or TraceContext.new()
         async with self._guard() as guard:
-            await self.parts.store.set_status(self.session_id, "running", fence=self._fence())
+            # Committed with the run's first events (run_started or run_resumed).
+            self._status_due = "running"
             self._refresh_tools()
             started: J.RunStartedData = {
                 "input": user_input,
@@ -573,7 +579,8 @@ class AgentRun(ToolCallPipeline):
         self.info.input, self.info.resumed = state.input, True
         self.info.trace = trace or TraceContext.from_data(state.trace) or TraceContext.new()
         async with self._guard() as guard:
-            await self.parts.store.set_status(self.session_id, "running", fence=self._fence())
+            # Committed with the run's first events (run_started or run_resumed).
+            self._status_due = "running"
             resumed: J.RunResumedData = {
                 "after_seq": state.last_seq,
                 "step": state.step,
@@ -603,7 +610,8 @@ class AgentRun(ToolCallPipeline):
         self.info.input, self.info.resumed = "", False
         self.info.trace = self.info.trace or TraceContext.new()
         async with self._guard() as guard:
-            await self.parts.store.set_status(self.session_id, "running", fence=self._fence())
+            # Committed with the run's first events (run_started or run_resumed).
+            self._status_due = "running"
             self._refresh_tools()
             started: J.RunStartedData = {
                 "input": "",
@@ -1234,10 +1242,9 @@ class AgentRun(ToolCallPipeline):
             finished["refused_by"] = refused_by
         if suspension is not None:
             finished["suspension"] = cast(J.SuspensionData, suspension)
+        # The outcome is committed with run_finished, in one transaction.
+        self._status_due = session_status(outcome)
         seq = await self.record(J.RUN_FINISHED, finished)
-        await self.parts.store.set_status(
-            self.session_id, session_status(outcome), fence=self._fence()
-        )
         messages = list(self.messages)
         if self._masks.active:
             output = self._mask(output)

@@ -79,8 +79,9 @@ class JournalOnlyStore(Store):
         *,
         fence: int | None = None,
         audit: Sequence[Mapping[str, Any]] = (),
+        status: SessionStatus | None = None,
     ) -> list[JournalEvent]:
-        return await self.inner.append(session_id, events, fence=fence, audit=audit)
+        return await self.inner.append(session_id, events, fence=fence, audit=audit, status=status)
 
     async def read(
         self, session_id: str, *, after: int = 0, limit: int | None = None

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from koboi.errors import StoreError
-from koboi.store import InMemoryStore, JournalEvent, NewEvent
+from koboi.store import InMemoryStore, JournalEvent, NewEvent, SessionStatus
 from koboi_replay import recording
 from koboi_replay.normalise import Normaliser, encode
 from koboi_replay.recording import mapping
@@ -84,6 +84,7 @@ class ReplayStore(InMemoryStore):
         *,
         fence: int | None = None,
         audit: Sequence[Mapping[str, Any]] = (),
+        status: SessionStatus | None = None,
     ) -> list[JournalEvent]:
         if self.divergence is not None:
             raise ReplayDiverged("replay: the replay already diverged; nothing more is recorded")
@@ -128,7 +129,7 @@ class ReplayStore(InMemoryStore):
                         "" if expected is not None else "the recording has no more audit records",
                     )
                 )
-        stored = await super().append(session_id, events, fence=fence, audit=audit)
+        stored = await super().append(session_id, events, fence=fence, audit=audit, status=status)
         self.committed += len(events)
         self.audit_committed += len(audit)
         return stored

@@ -183,9 +183,14 @@ _RELEASE_LEASE = Prepared(
 )
 
 
+# Built once: json.dumps with options builds an encoder per call, which cost as much
+# as encoding a small event.
+_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
 def _encode(data: Mapping[str, Any]) -> str:
     try:
-        return json.dumps(data, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        return _ENCODER.encode(data)
     except (TypeError, ValueError) as exc:
         raise StoreError(f"journal event data must be JSON: {exc}") from None
 
@@ -456,6 +461,7 @@ class SQLStore(Store, KeyedRecords, JobQueue, ResponseCache):
         *,
         fence: int | None = None,
         audit: Sequence[Mapping[str, Any]] = (),
+        status: SessionStatus | None = None,
     ) -> list[JournalEvent]:
         encoded = [(event.type, _encode(event.data)) for event in events]
         audited = [_encode(record) for record in audit]
@@ -476,6 +482,8 @@ class SQLStore(Store, KeyedRecords, JobQueue, ResponseCache):
                     connection,
                     [{"a_session": session_id, "a_at": now, "a_data": data} for data in audited],
                 )
+            if status is not None:
+                _SET_STATUS.execute(connection, {"sid": session_id, "status": status, "now": now})
             if not encoded:
                 return []
             rows: list[dict[str, Any]] = [

@@ -187,6 +187,31 @@ class JournalStoreContract:
         assert (await store.get_session(created.id)).status == "completed"
 
     @pytest.mark.anyio
+    async def test_append_sets_the_status_in_the_same_transaction(self, store: Store) -> None:
+        created = await store.create_session(_unique("status-append"))
+        await anyio.sleep(_TICK)
+        stored = await store.append(created.id, [NewEvent("run_started")], status="running")
+        assert [e.seq for e in stored] == [1]
+        fetched = await store.get_session(created.id)
+        assert (fetched.status, fetched.last_seq) == ("running", 1)
+        assert fetched.updated_at > created.updated_at
+        # Without status the status stays; with it and no events, only the status moves.
+        await store.append(created.id, [NewEvent("step")])
+        assert (await store.get_session(created.id)).status == "running"
+        await store.append(created.id, [NewEvent("run_finished")], status="completed")
+        assert (await store.get_session(created.id)).status == "completed"
+        assert await store.append(created.id, [], status="failed") == []
+        assert (await store.get_session(created.id)).status == "failed"
+        # A refused append changes neither the journal nor the status.
+        lease = await store.acquire_lease(created.id, "holder", _TTL)
+        with pytest.raises(FencedOut):
+            await store.append(
+                created.id, [NewEvent("late")], fence=lease.fence + 1, status="running"
+            )
+        after = await store.get_session(created.id)
+        assert (after.status, after.last_seq) == ("failed", 3)
+
+    @pytest.mark.anyio
     async def test_list_sessions_newest_updated_first(self, store: Store) -> None:
         owner = _unique("owner")
         ids = []
