@@ -348,6 +348,38 @@ async def test_redaction_reaches_the_journal_the_audit_trail_and_every_event() -
     assert secret not in repr(shown)
 
 
+async def test_a_runs_result_masks_what_the_run_added_not_the_whole_session_again() -> None:
+    """Messages restored from the journal were masked when they were journaled; the
+    result of each run masks only the messages that run added, so the work does not
+    grow with the session."""
+    secret = Masker.SECRET
+    masked: list[str] = []
+
+    class Counting(Masker):
+        def redact(self, text: str) -> str:
+            masked.append(text)
+            return super().redact(text)
+
+    class CountingInterceptor(Interceptor):
+        def redaction(self) -> Any:
+            return Counting()
+
+    turns = [f"answer {n} with {secret}" for n in range(12)]
+    a = make(turns, interceptors=[CountingInterceptor()])
+    async with a:
+        first = await a.run(f"question 0 with {secret}")
+        for n in range(1, 12):
+            masked.clear()
+            result = await a.run(f"question {n}", session_id=first.session_id)
+        assert len(result.messages) == 24
+        # The last run added two messages; the result masked those, not 24.
+        finish_texts = [t for t in masked if t in (f"question {11}", f"answer 11 with {secret}")]
+        assert finish_texts.count("answer 11 with " + secret) <= 3
+        assert not any(t.startswith("question 0") for t in masked)
+        # And the whole conversation it returns is masked all the same.
+        assert all(secret not in m.content for m in result.messages)
+
+
 # -- sub-agents -------------------------------------------------------------------------------
 
 

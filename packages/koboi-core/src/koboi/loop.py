@@ -284,6 +284,11 @@ class AgentRun(ToolCallPipeline):
         )
         #: id of each conversation message -> its position (built when first needed).
         self._positions: dict[int, int] | None = None
+        #: The messages restored from the journal, masked when they were journaled: the
+        #: run's result masks only the messages the run added, not the whole session
+        #: again. (The tuple keeps them alive, so no other message can take an id.)
+        self._restored = tuple(self.messages)
+        self._restored_ids = frozenset(id(m) for m in self._restored)
 
     # -- what the run offers -------------------------------------------------------
 
@@ -1249,8 +1254,11 @@ class AgentRun(ToolCallPipeline):
         if self._masks.active:
             output = self._mask(output)
             error = self._mask(error) if error is not None else None
+            restored = self._restored_ids
             messages = [
-                m.model_copy(update={"content": self._mask(m.content)}) if m.content else m
+                m.model_copy(update={"content": self._mask(m.content)})
+                if m.content and id(m) not in restored
+                else m
                 for m in messages
             ]
             if suspension is not None:
