@@ -18,9 +18,14 @@ from koboi.tools import Risk
 Scope = Literal["once", "always"]
 
 
+# Built once (json.dumps with options builds an encoder per call); every tool call's
+# arguments are hashed.
+_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
 def canonical_arguments(arguments: Mapping[str, Any]) -> str:
     """The canonical JSON text of a call's arguments: what is shown, hashed and approved."""
-    return json.dumps(arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return _CANONICAL.encode(arguments)
 
 
 def arguments_hash(arguments: Mapping[str, Any]) -> str:
