@@ -189,15 +189,26 @@ def steps_table(pythons: list[str], sizes: list[int], quick: bool) -> None:
             for name, url, env in stores:
                 for steps in sizes:
                     repeats = 3 if steps >= 1000 else (3 if quick else 7)
-                    for python in pythons:
+                    # With two environments: A, B, then B, A (each child half the
+                    # repeats), so a machine that speeds up or slows down meanwhile
+                    # weighs on both alike.
+                    order = pythons if len(pythons) == 1 else [*pythons, *pythons[::-1]]
+                    share = repeats if len(pythons) == 1 else max(2, (repeats + 1) // 2)
+                    pooled: dict[str, list[dict[str, Any]]] = {p: [] for p in pythons}
+                    for python in order:
                         db = f"{uuid.uuid4().hex[:8]}.db"
-                        result = _run_child(python, url.format(db=db), steps, repeats, tmp, env)
+                        result = _run_child(python, url.format(db=db), steps, share, tmp, env)
                         if isinstance(result, str):
                             print(f"{name:<24} {steps:>5} {_label(python):>5} failed: {result}")
                             continue
-                        times = result["ms"]
-                        commits = result["commits"]
-                        wal = result.get("wal_bytes")
+                        pooled[python].append(result)
+                    for python in pythons:
+                        if not pooled[python]:
+                            continue
+                        times = [t for r in pooled[python] for t in r["ms"]]
+                        commits = statistics.mean(r["commits"] for r in pooled[python])
+                        wals = [r["wal_bytes"] for r in pooled[python] if "wal_bytes" in r]
+                        wal = statistics.mean(wals) if wals else None
                         durable = url != "memory"
                         line = f"{name:<24} {steps:>5} {_label(python):>5} "
                         line += f"{statistics.median(times):>8.3f} {min(times):>7.3f} "
@@ -361,27 +372,32 @@ def startup_table(pythons: list[str], quick: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="koboi-start-") as tmp:
         config = Path(tmp) / "quickstart.yaml"
         shutil.copy2(ROOT / "configs" / "quickstart.yaml", config)
-        for python in pythons:
-            koboi = _koboi(python)
-            commands = {
+        question = ["-m", "What is 2 + 2?"]
+        commands = {
+            python: {
                 'python -c "import pydantic"': [python, "-c", "import pydantic"],
-                "koboi --help": [koboi, "--help"],
+                "koboi --help": [_koboi(python), "--help"],
                 "koboi run quickstart.yaml -m 'What is 2 + 2?'": [
-                    koboi,
+                    _koboi(python),
                     "run",
                     str(config),
-                    "-m",
-                    "What is 2 + 2?",
+                    *question,
                 ],
             }
-            samples: dict[str, list[float]] = {name: [] for name in commands}
-            for _ in range(runs):  # interleaved: load drift hits every command alike
-                for name, command in commands.items():
+            for python in pythons
+        }
+        samples = {python: {name: [] for name in commands[python]} for python in pythons}
+        # Interleaved, every command of every environment in each round: a machine whose
+        # speed drifts weighs on all of them alike.
+        for _ in range(runs):
+            for python in pythons:
+                for name, command in commands[python].items():
                     start = time.perf_counter()
                     subprocess.run(command, capture_output=True, cwd=tmp, check=True)
-                    samples[name].append((time.perf_counter() - start) * 1000)
-            pydantic = statistics.median(samples['python -c "import pydantic"'])
-            for name, values in samples.items():
+                    samples[python][name].append((time.perf_counter() - start) * 1000)
+        for python in pythons:
+            pydantic = statistics.median(samples[python]['python -c "import pydantic"'])
+            for name, values in samples[python].items():
                 median = statistics.median(values)
                 print(
                     f"{name:<44} {_label(python):>5} {median:>10.0f} {min(values):>8.0f} "
