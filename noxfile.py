@@ -127,10 +127,10 @@ def _member_commands(
     env = {"UV_PROJECT_ENVIRONMENT": str(env_dir), "VIRTUAL_ENV": str(env_dir), **PYTEST_ENV}
     sync = ["uv", "sync", "--locked", "--package", package, "--no-default-groups"]
     sync += ["--group", "test", "--python", _interpreter(python)]
-    if other:
-        # Only fast, in-process tests run there: compiling every installed module to
-        # bytecode (the workspace's compile-bytecode) would cost more than it saves.
-        sync.append("--no-compile-bytecode")
+    # A throwaway environment: compiling every installed module to bytecode (the
+    # workspace's compile-bytecode) cost 5-10 s per member, ~3 minutes of the batch,
+    # more than its tests' processes save.
+    sync.append("--no-compile-bytecode")
     interpreter = env_dir / "bin" / "python"
     test = [str(interpreter), "-m", "pytest", str(MEMBERS[package] / "tests"), "-q"]
     marker = ["-m", "not slow"] if other else ["-m", "slow"] if slow_only else []
