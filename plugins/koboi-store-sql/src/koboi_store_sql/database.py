@@ -24,6 +24,7 @@ serialises appends, status changes and lease changes of one session.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import queue
 import sqlite3
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from koboi_store_sql.group_commit import PendingWrite
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 # Serialises schema migrations of koboi's tables across PostgreSQL clients.
@@ -530,7 +533,10 @@ class WriterThread:
             with suppress(RuntimeError):
                 loop.call_soon_threadsafe(_settle, future, result, error)
             if self._after_each is not None:
-                self._after_each()
+                try:
+                    self._after_each()
+                except Exception as exc:  # never the end of the writer thread
+                    log.warning("after a write batch on %s: %s", self.name, exc)
 
     def stop(self) -> None:
         """End the thread once the batches already submitted have run."""
