@@ -24,7 +24,6 @@ serialises appends, status changes and lease changes of one session.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import queue
 import sqlite3
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from koboi.errors import StoreError
+from koboi.logs import get_logger
 from koboi_store_sql import migrate
 from koboi_store_sql.files import make_private
 from koboi_store_sql.group_commit import GroupCommitter
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 # Serialises schema migrations of koboi's tables across PostgreSQL clients.
