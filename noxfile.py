@@ -127,9 +127,8 @@ def _member_commands(
     env = {"UV_PROJECT_ENVIRONMENT": str(env_dir), "VIRTUAL_ENV": str(env_dir), **PYTEST_ENV}
     sync = ["uv", "sync", "--locked", "--package", package, "--no-default-groups"]
     sync += ["--group", "test", "--python", _interpreter(python)]
-    # A throwaway environment: compiling every installed module to bytecode (the
-    # workspace's compile-bytecode) cost 5-10 s per member, ~3 minutes of the batch,
-    # more than its tests' processes save.
+    # A throwaway environment: compiling every installed module to bytecode cost 5-10 s
+    # per member, ~3 minutes of the batch, more than its tests' processes save.
     sync.append("--no-compile-bytecode")
     interpreter = env_dir / "bin" / "python"
     test = [str(interpreter), "-m", "pytest", str(MEMBERS[package] / "tests"), "-q"]
